@@ -1,0 +1,1 @@
+"""trainmem: simulate the GPU memory of a training step."""

@@ -1,0 +1,107 @@
+"""The shape of a decoder-only transformer, in the vocabulary of Hugging Face config.json.
+
+An :class:`Architecture` is everything trainmem needs to know about a model to list its
+parameter tensors (``inventory.py``) and the activations each layer saves for backward
+(``activations.py``). Field names follow the Hugging Face ``config.json`` fields of the
+Llama family (``hidden_size``, ``num_key_value_heads``, ``intermediate_size``, ...); the
+flags below them describe the variations between families (GPT-2's biases and learned
+positions, Gemma 2's four norms, Phi-3's fused projections, Mixtral's experts).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+
+from ._base import FrozenModel
+
+Probability = Field(default=0.0, ge=0.0, lt=1.0)
+
+
+class Architecture(FrozenModel):
+    """A decoder-only transformer: embeddings, ``num_hidden_layers`` identical blocks, a head.
+
+    Each block is ``x + attention(norm(x))`` then ``x + mlp(norm(x))``; the MLP is either
+    dense or a mixture of experts. Shapes use the usual letters in docstrings elsewhere:
+    b micro-batch, s sequence, h hidden_size, a attention heads, k key/value heads,
+    d head_dim, i intermediate_size, v vocab_size, L layers.
+    """
+
+    model_type: str = Field(default="custom", description="Family, as in config.json's model_type.")
+    vocab_size: PositiveInt
+    hidden_size: PositiveInt
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: Optional[PositiveInt] = Field(
+        default=None, description="Grouped-query attention: heads sharing K and V. Default: num_attention_heads."
+    )
+    head_dim: Optional[PositiveInt] = Field(default=None, description="Default: hidden_size // num_attention_heads.")
+    intermediate_size: PositiveInt = Field(description="Width of the MLP (of one expert for MoE models).")
+    mlp: Literal["gated", "plain"] = Field(
+        default="gated", description="gated: down(act(gate(x)) * up(x)) as in Llama; plain: fc2(act(fc1(x))) as in GPT-2."
+    )
+    hidden_act: str = "silu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norms_per_layer: Literal[2, 4] = Field(default=2, description="Gemma 2 adds a norm after attention and after the MLP.")
+    qk_norm: bool = Field(default=False, description="RMSNorm over each head's query and key (Qwen3).")
+    attention_qkv_bias: bool = False
+    attention_output_bias: bool = False
+    mlp_bias: bool = False
+    fused_qkv: bool = Field(default=False, description="One projection for Q, K and V (GPT-2 c_attn, Phi-3 qkv_proj).")
+    fused_gate_up: bool = Field(default=False, description="One projection for gate and up (Phi-3 gate_up_proj).")
+    position_embedding: Literal["rope", "learned"] = "rope"
+    max_position_embeddings: PositiveInt = 2048
+    tie_word_embeddings: bool = False
+    num_experts: NonNegativeInt = Field(default=0, description="Routed experts per MoE layer; 0 for a dense MLP.")
+    num_experts_per_tok: PositiveInt = Field(default=1, description="Experts each token is routed to (top-k).")
+    shared_expert_intermediate_size: NonNegativeInt = Field(
+        default=0, description="Width of an always-on shared expert (Qwen-MoE); 0 for none."
+    )
+    shared_expert_gate: bool = Field(default=False, description="A sigmoid gate on the shared expert's output.")
+    embedding_dropout: float = Probability
+    attention_dropout: float = Probability
+    residual_dropout: float = Probability
+    scale_embeddings: bool = Field(default=False, description="Gemma multiplies the embeddings by sqrt(hidden_size).")
+    final_logit_softcapping: Optional[float] = Field(default=None, gt=0)
+    attn_logit_softcapping: Optional[float] = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> "Architecture":
+        if self.num_attention_heads % self.kv_heads != 0:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.kv_heads})"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads}), or give head_dim"
+            )
+        if self.num_experts and self.num_experts_per_tok > self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok ({self.num_experts_per_tok}) cannot exceed num_experts ({self.num_experts})"
+            )
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def query_width(self) -> int:
+        """a·d: the width of the concatenated query heads (and of attention's output)."""
+        return self.num_attention_heads * self.resolved_head_dim
+
+    @property
+    def key_value_width(self) -> int:
+        """k·d: the width of K (and of V)."""
+        return self.kv_heads * self.resolved_head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0

@@ -1,0 +1,83 @@
+"""The catalogs trainmem ships as data: model presets, GPUs and optimizers.
+
+Each catalog is a JSON file in ``trainmem/data`` (one source of truth, readable without
+Python) loaded once into frozen pydantic models.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal, Optional
+
+from pydantic import Field, PositiveInt
+
+from ._base import FrozenModel
+from .units import MIB
+
+
+def _load(filename: str) -> dict[str, Any]:
+    return json.loads(resources.files("trainmem").joinpath("data").joinpath(filename).read_text(encoding="utf-8"))
+
+
+class Preset(FrozenModel):
+    """A published model: its Hugging Face config.json fields and where they come from."""
+
+    name: str
+    display_name: str
+    hf_id: str
+    config: dict[str, Any]
+
+
+class GPU(FrozenModel):
+    """A GPU model and the memory its driver reports."""
+
+    name: str
+    display_name: str
+    vendor: Literal["nvidia", "amd", "custom"]
+    architecture: str
+    memory_mib: PositiveInt = Field(description="Total device memory as nvidia-smi / rocm-smi report it.")
+    marketed_memory_gb: float
+    supports_bf16: bool
+    supports_fp8: bool
+    source: str
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib * MIB
+
+
+class TemporariesRule(FrozenModel):
+    """How much scratch memory one implementation of an optimizer's step() allocates."""
+
+    foreach: float
+    for_loop: float = Field(alias="for-loop")
+    fused: float
+
+
+class OptimizerKind(FrozenModel):
+    """What an optimizer keeps per parameter; see trainmem/optimizers.py for how it is used."""
+
+    name: str
+    display_name: str
+    full_state_tensors: int = Field(description="State tensors the size of each parameter (Adam: 2).")
+    factored_second_moment: bool = Field(description="Adafactor: row and column statistics instead of a full tensor.")
+    quantized_state_bits: Optional[int] = Field(description="8 for bitsandbytes 8-bit states; None for full precision.")
+    temporaries: TemporariesRule
+    paged: bool = Field(description="bitsandbytes paged optimizer: states in CUDA unified memory.")
+
+
+@lru_cache(maxsize=None)
+def presets() -> dict[str, Preset]:
+    return {p["name"]: Preset(**p) for p in _load("presets.json")["presets"]}
+
+
+@lru_cache(maxsize=None)
+def gpus() -> dict[str, GPU]:
+    return {g["name"]: GPU(**g) for g in _load("gpus.json")["gpus"]}
+
+
+@lru_cache(maxsize=None)
+def optimizers() -> dict[str, OptimizerKind]:
+    return {o["name"]: OptimizerKind(**o) for o in _load("optimizers.json")["optimizers"]}

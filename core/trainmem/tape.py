@@ -1,0 +1,329 @@
+"""A symbolic autograd tape: what a forward pass saves for backward, and what backward allocates.
+
+trainmem does not sum activation formulas; it replays a layer's forward pass op by op on
+*symbolic* tensors (element count, dtype, whether it requires grad) and records what each
+op saves for backward, the way PyTorch's autograd does:
+
+* ``mm``/``linear`` save their input when the weight trains and the weight when the input
+  needs a gradient (``MmBackward0`` saves ``self`` and ``mat2`` only as needed);
+* ``mul`` saves the *other* operand of each operand that requires grad; multiplying by a
+  Python scalar saves nothing;
+* ``pow``, ``silu``, ``gelu``, ``layer_norm`` save their input; ``rsqrt``, ``tanh``,
+  ``softmax``, ``log_softmax`` save their result; dropout saves its mask (a bool tensor
+  on CUDA, a tensor of the input's dtype on CPU, where ATen has no fused kernel);
+* fused attention (flash / memory-efficient SDPA) saves q, k, v, the output and the fp32
+  log-sum-exp, with no s×s tensor;
+* under autocast, listed ops cast their floating inputs to the low-precision dtype (a new
+  tensor each call, except casts of weights that train, which autocast caches for the
+  region) or to fp32, following the CUDA and CPU op lists of the PyTorch AMP docs.
+
+A tensor saved by several ops (the norm output feeding q, k and v) is stored once. The
+replay also tracks which intermediates are alive, so the transient peak inside a layer
+(forward and backward) comes out of the same bookkeeping. Backward is replayed by walking
+the recorded nodes in reverse: each node allocates the gradients of its inputs, frees the
+gradient of its output, and releases the tensors it saved once no later node needs them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
+FLOATING = ("fp32", "bf16", "fp16", "fp8")
+
+# Ops that autocast runs in the low-precision dtype / in fp32 (PyTorch "Automatic Mixed
+# Precision package" docs, "CUDA Ops that can autocast to float16/float32" and the CPU lists).
+AUTOCAST_LOW = {
+    "cuda": {"linear", "mm", "bmm", "matmul", "baddbmm", "sdpa"},
+    "cpu": {"linear", "mm", "bmm", "matmul", "baddbmm", "sdpa"},
+}
+AUTOCAST_FP32 = {
+    "cuda": {"layer_norm", "softmax", "log_softmax", "pow", "rsqrt", "nll_loss", "cross_entropy", "sum", "exp"},
+    "cpu": {"nll_loss"},
+}
+
+_ids = itertools.count()
+
+
+class Sym:
+    """A symbolic tensor: how many elements, which dtype, whether autograd tracks it."""
+
+    __slots__ = ("numel", "dtype", "requires_grad", "tag", "uid", "storage")
+
+    def __init__(self, numel: int, dtype: str, requires_grad: bool, tag: str = "activation", storage: Optional[int] = None):
+        self.numel = numel
+        self.dtype = dtype
+        self.requires_grad = requires_grad
+        self.tag = tag
+        """activation, parameter (a model weight: no new memory) or weight_copy (autocast/dequantised copy)."""
+        self.uid = next(_ids)
+        self.storage = self.uid if storage is None else storage
+        """Views share the storage id of their base, so a view saved twice is counted once."""
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    def view(self, numel: Optional[int] = None) -> "Sym":
+        """A view (reshape, transpose, slice): same storage, no new memory."""
+        return Sym(self.numel if numel is None else numel, self.dtype, self.requires_grad, self.tag, self.storage)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Sym({self.numel}×{self.dtype}, grad={self.requires_grad}, {self.tag})"
+
+
+@dataclass
+class Node:
+    """One autograd node: the tensors it saved and the inputs it sends gradients to."""
+
+    op: str
+    saved: list[Sym]
+    grad_inputs: list[Sym]
+    outputs: list[Sym]
+    extra_backward_bytes: int = 0
+    """Scratch memory the node's backward needs beyond the input gradients (e.g. recomputed scores)."""
+
+
+@dataclass
+class Tape:
+    """Records one forward pass over symbolic tensors.
+
+    ``autocast`` is the low-precision dtype of an active autocast region (or None) and
+    ``device`` selects the autocast op lists and the dropout-mask layout.
+    """
+
+    device: str = "cuda"
+    autocast: Optional[str] = None
+    nodes: list[Node] = field(default_factory=list)
+    live: dict[int, Sym] = field(default_factory=dict)
+    """Non-parameter storages alive right now (saved or still referenced by the forward code)."""
+    saved_storages: dict[int, Sym] = field(default_factory=dict)
+    peak_live_bytes: int = 0
+    _weight_cache: dict[int, Sym] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def new(self, numel: int, dtype: str, requires_grad: bool, tag: str = "activation") -> Sym:
+        tensor = Sym(numel, dtype, requires_grad, tag)
+        self.live[tensor.storage] = tensor
+        self._update_peak()
+        return tensor
+
+    def _update_peak(self) -> None:
+        live = self.live_bytes()
+        if live > self.peak_live_bytes:
+            self.peak_live_bytes = live
+
+    def live_bytes(self) -> int:
+        return sum(t.nbytes for t in self.live.values())
+
+    def release(self, *tensors: Sym) -> None:
+        """The forward code drops its reference; memory is freed unless a node saved it."""
+        for tensor in tensors:
+            if tensor.storage not in self.saved_storages:
+                self.live.pop(tensor.storage, None)
+
+    def record(self, op: str, saved: Iterable[Optional[Sym]], inputs: Iterable[Sym], outputs: Iterable[Sym],
+               extra_backward_bytes: int = 0) -> None:
+        inputs = [t for t in inputs if t.requires_grad]
+        outputs = list(outputs)
+        if not inputs:
+            return  # no graph node: nothing is saved
+        kept = [t for t in saved if t is not None]
+        for tensor in kept:
+            if tensor.tag != "parameter":
+                self.saved_storages.setdefault(tensor.storage, tensor)
+                self.live.setdefault(tensor.storage, tensor)
+        self.nodes.append(Node(op, kept, inputs, outputs, extra_backward_bytes))
+        self._update_peak()
+
+    def saved_bytes(self, tags: tuple[str, ...] = ("activation",)) -> int:
+        return sum(t.nbytes for t in self.saved_storages.values() if t.tag in tags)
+
+    # ------------------------------------------------------------------ dtype rules
+    def _cast_for(self, op: str, tensor: Sym) -> Sym:
+        """Autocast's cast of one floating input of ``op`` (a new tensor, or the same one)."""
+        if self.autocast is None or tensor.dtype not in FLOATING:
+            return tensor
+        if op in AUTOCAST_LOW[self.device]:
+            target = self.autocast
+        elif op in AUTOCAST_FP32[self.device]:
+            target = "fp32"
+        else:
+            return tensor
+        return self.to(tensor, target, cache=tensor.tag == "parameter" and tensor.requires_grad)
+
+    def to(self, tensor: Sym, dtype: str, cache: bool = False) -> Sym:
+        """``tensor.to(dtype)``: the same tensor when the dtype matches, else a new one."""
+        if tensor.dtype == dtype:
+            return tensor
+        if cache and tensor.uid in self._weight_cache:
+            return self._weight_cache[tensor.uid]
+        tag = "weight_copy" if tensor.tag in ("parameter", "weight_copy") else "activation"
+        copy = self.new(tensor.numel, dtype, tensor.requires_grad, tag)
+        if cache:
+            self._weight_cache[tensor.uid] = copy
+        self.record("to_copy", [], [tensor], [copy])
+        return copy
+
+    @staticmethod
+    def promote(*dtypes: str) -> str:
+        """Type promotion between floating dtypes: fp32 wins over 16-bit, bf16+fp16 gives fp32."""
+        floating = {d for d in dtypes if d in FLOATING}
+        if len(floating) == 1:
+            return floating.pop()
+        return "fp32"
+
+    # ------------------------------------------------------------------ ops
+    def linear(self, x: Sym, weight: Sym, out_features: int, bias: Optional[Sym] = None) -> Sym:
+        """``F.linear``: saves the (cast) input if the weight trains, the (cast) weight if x needs grad."""
+        x_in = self._cast_for("linear", x)
+        w_in = self._cast_for("linear", weight)
+        rows = x.numel // (weight.numel // out_features)
+        out = self.new(rows * out_features, w_in.dtype if self.autocast is None else x_in.dtype,
+                       x.requires_grad or weight.requires_grad or bool(bias and bias.requires_grad))
+        self.record(
+            "linear",
+            [x_in if weight.requires_grad else None, w_in if x.requires_grad else None],
+            [x, weight] + ([bias] if bias is not None else []),
+            [out],
+        )
+        return out
+
+    def matmul(self, a: Sym, b: Sym, out_numel: int) -> Sym:
+        a_in, b_in = self._cast_for("matmul", a), self._cast_for("matmul", b)
+        out = self.new(out_numel, a_in.dtype, a.requires_grad or b.requires_grad)
+        self.record("matmul", [a_in if b.requires_grad else None, b_in if a.requires_grad else None], [a, b], [out])
+        return out
+
+    def mul(self, a: Sym, b: Sym) -> Sym:
+        """Element-wise product with broadcasting; saves each operand the other's gradient needs."""
+        out = self.new(max(a.numel, b.numel), self.promote(a.dtype, b.dtype), a.requires_grad or b.requires_grad)
+        self.record("mul", [b if a.requires_grad else None, a if b.requires_grad else None], [a, b], [out])
+        return out
+
+    def scale(self, a: Sym, dtype: Optional[str] = None) -> Sym:
+        """Multiply or add by a Python scalar (or a constant without grad): a new tensor, nothing saved."""
+        out = self.new(a.numel, dtype or a.dtype, a.requires_grad)
+        self.record("scale", [], [a], [out])
+        return out
+
+    def add(self, a: Sym, b: Sym) -> Sym:
+        out = self.new(max(a.numel, b.numel), self.promote(a.dtype, b.dtype), a.requires_grad or b.requires_grad)
+        self.record("add", [], [a, b], [out])
+        return out
+
+    def unary_saving_input(self, op: str, x: Sym, out_dtype: Optional[str] = None) -> Sym:
+        """silu, gelu, pow: the output is new and the input is saved."""
+        x_in = self._cast_for(op, x)
+        out = self.new(x.numel, out_dtype or x_in.dtype, x.requires_grad)
+        self.record(op, [x_in], [x], [out])
+        return out
+
+    def unary_saving_result(self, op: str, x: Sym) -> Sym:
+        """tanh, rsqrt, softmax, log_softmax: the output is new and saved."""
+        x_in = self._cast_for(op, x)
+        out = self.new(x.numel, x_in.dtype, x.requires_grad)
+        self.record(op, [out], [x], [out])
+        return out
+
+    def copy(self, x: Sym) -> Sym:
+        """``.contiguous()`` of a non-contiguous view, ``torch.cat``, a gather: new memory, nothing saved."""
+        out = self.new(x.numel, x.dtype, x.requires_grad)
+        self.record("copy", [], [x], [out])
+        return out
+
+    def dropout(self, x: Sym, p: float) -> Sym:
+        """Dropout in training mode: saves the mask (bool on CUDA; the input's dtype on CPU)."""
+        if p <= 0:
+            return x
+        mask = Sym(x.numel, "bool" if self.device == "cuda" else x.dtype, False)
+        self.live[mask.storage] = mask
+        out = self.new(x.numel, x.dtype, x.requires_grad)
+        self.record("dropout", [mask], [x], [out])
+        if not x.requires_grad:
+            self.live.pop(mask.storage, None)
+        return out
+
+    def layer_norm(self, x: Sym, rows: int, weight: Sym, bias: Optional[Sym]) -> Sym:
+        """``F.layer_norm``: saves the input and the fp32 mean and rstd of each row."""
+        x_in = self._cast_for("layer_norm", x)
+        out = self.new(x.numel, x_in.dtype, True)
+        mean = Sym(rows, "fp32", False)
+        rstd = Sym(rows, "fp32", False)
+        self.record("layer_norm", [x_in, mean, rstd], [x, weight] + ([bias] if bias else []), [out])
+        return out
+
+    def fused_attention(self, q: Sym, k: Sym, v: Sym, lse_numel: int, dropout: bool) -> Sym:
+        """Flash / memory-efficient SDPA: saves q, k, v, output, fp32 logsumexp (and RNG state)."""
+        q_in, k_in, v_in = (self._cast_for("sdpa", t) for t in (q, k, v))
+        out = self.new(q.numel, q_in.dtype, True)
+        lse = Sym(lse_numel, "fp32", False)
+        self.record("sdpa_fused", [q_in, k_in, v_in, out, lse], [q, k, v], [out])
+        return out
+
+    def cross_entropy(self, logits: Sym, rows: int) -> Sym:
+        """``F.cross_entropy`` = log_softmax (saves its result) + nll_loss (saves the int64 targets)."""
+        log_probs = self.unary_saving_result("log_softmax", logits)
+        target = Sym(rows, "int64", False)
+        loss = self.new(1, log_probs.dtype, True)
+        self.record("nll_loss", [log_probs, target], [log_probs], [loss])
+        self.release(log_probs)
+        return loss
+
+    # ------------------------------------------------------------------ backward replay
+    def backward_peak(self, start_bytes: int, output_grads: Iterable[Sym]) -> "BackwardReplay":
+        """Replay backward over the recorded nodes, newest first.
+
+        ``start_bytes`` is what is alive outside this tape; ``output_grads`` are the
+        gradients flowing in (e.g. d loss / d layer output). Returns the high-water mark
+        above ``start_bytes`` and the saved bytes still alive at each point.
+        """
+        return BackwardReplay.run(self, start_bytes, list(output_grads))
+
+
+@dataclass
+class BackwardReplay:
+    """The result of replaying a tape's backward pass."""
+
+    peak_bytes: int
+    """Highest live bytes during the replay, relative to the start (saved tensors included)."""
+    weight_grad_bytes_at_peak: int = 0
+
+    @classmethod
+    def run(cls, tape: Tape, start_bytes: int, output_grads: list[Sym]) -> "BackwardReplay":
+        pending_saves: dict[int, int] = {}
+        for node in tape.nodes:
+            for tensor in node.saved:
+                if tensor.tag != "parameter":
+                    pending_saves[tensor.storage] = pending_saves.get(tensor.storage, 0) + 1
+        saved_live = {s: t for s, t in tape.saved_storages.items()}
+        saved_bytes = sum(t.nbytes for t in saved_live.values())
+        grads: dict[int, int] = {}  # storage of the tensor -> bytes of its gradient
+        for grad in output_grads:
+            grads[grad.storage] = grads.get(grad.storage, 0) + grad.nbytes
+        grad_bytes = sum(grads.values())
+        peak = saved_bytes + grad_bytes
+        for node in reversed(tape.nodes):
+            if not any(out.storage in grads for out in node.outputs):
+                # No gradient reaches this node (its output was unused): PyTorch never runs it.
+                pass
+            new_grads = 0
+            for tensor in node.grad_inputs:
+                if tensor.tag == "parameter":
+                    continue  # parameter gradients are accounted by the caller
+                if tensor.storage not in grads:
+                    grads[tensor.storage] = tensor.numel * DTYPE_BYTES[tensor.dtype]
+                    new_grads += grads[tensor.storage]
+            peak = max(peak, saved_bytes + grad_bytes + new_grads + node.extra_backward_bytes)
+            grad_bytes += new_grads
+            for out in node.outputs:
+                grad_bytes -= grads.pop(out.storage, 0)
+            for tensor in node.saved:
+                if tensor.tag == "parameter":
+                    continue
+                pending_saves[tensor.storage] -= 1
+                if pending_saves[tensor.storage] == 0 and tensor.storage in saved_live:
+                    saved_bytes -= saved_live.pop(tensor.storage).nbytes
+        return cls(peak_bytes=peak)
