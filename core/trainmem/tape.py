@@ -30,6 +30,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+NOT_NEW_MEMORY = ("parameter", "external")
+"""Tags of tensors that a tape reads but does not allocate: model weights, tensors shared across layers."""
+
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
 FLOATING = ("fp32", "bf16", "fp16", "fp8")
 
@@ -57,7 +60,9 @@ class Sym:
         self.dtype = dtype
         self.requires_grad = requires_grad
         self.tag = tag
-        """activation, parameter (a model weight: no new memory) or weight_copy (autocast/dequantised copy)."""
+        """activation; weight_copy (an autocast or dequantised copy of a weight); parameter (a model
+        weight) and external (a tensor shared by all layers, like RoPE's cos/sin), which take no
+        memory on this tape."""
         self.uid = next(_ids)
         self.storage = self.uid if storage is None else storage
         """Views share the storage id of their base, so a view saved twice is counted once."""
@@ -132,7 +137,7 @@ class Tape:
             return  # no graph node: nothing is saved
         kept = [t for t in saved if t is not None]
         for tensor in kept:
-            if tensor.tag != "parameter":
+            if tensor.tag not in NOT_NEW_MEMORY:
                 self.saved_storages.setdefault(tensor.storage, tensor)
                 self.live.setdefault(tensor.storage, tensor)
         self.nodes.append(Node(op, kept, inputs, outputs, extra_backward_bytes))
@@ -228,11 +233,25 @@ class Tape:
         self.record(op, [out], [x], [out])
         return out
 
-    def copy(self, x: Sym) -> Sym:
-        """``.contiguous()`` of a non-contiguous view, ``torch.cat``, a gather: new memory, nothing saved."""
-        out = self.new(x.numel, x.dtype, x.requires_grad)
-        self.record("copy", [], [x], [out])
+    def reduce(self, x: Sym, out_numel: int, dtype: Optional[str] = None) -> Sym:
+        """A reduction (``mean``/``sum`` over the last dimension): its backward needs only shapes."""
+        out = self.new(out_numel, dtype or x.dtype, x.requires_grad)
+        self.record("reduce", [], [x], [out])
         return out
+
+    def copy(self, x: Sym, out_numel: Optional[int] = None, backward_scratch_bytes: int = 0) -> Sym:
+        """A new tensor computed from ``x`` without saving anything: ``.contiguous()``, ``torch.cat``
+        of slices, a gather or a repeat (``out_numel`` elements). Backward allocates x's gradient,
+        plus ``backward_scratch_bytes`` (e.g. the full-size zeros of a slice's backward)."""
+        out = self.new(x.numel if out_numel is None else out_numel, x.dtype, x.requires_grad)
+        self.record("copy", [], [x], [out], backward_scratch_bytes)
+        return out
+
+    def split(self, x: Sym, sizes: list[int]) -> list[Sym]:
+        """``split``/``chunk``: views of ``x``; backward concatenates their gradients into one of x's size."""
+        parts = [Sym(size, x.dtype, x.requires_grad, x.tag, x.storage) for size in sizes]
+        self.record("split", [], [x], parts)
+        return parts
 
     def dropout(self, x: Sym, p: float) -> Sym:
         """Dropout in training mode: saves the mask (bool on CUDA; the input's dtype on CPU)."""
@@ -273,57 +292,74 @@ class Tape:
         return loss
 
     # ------------------------------------------------------------------ backward replay
-    def backward_peak(self, start_bytes: int, output_grads: Iterable[Sym]) -> "BackwardReplay":
-        """Replay backward over the recorded nodes, newest first.
-
-        ``start_bytes`` is what is alive outside this tape; ``output_grads`` are the
-        gradients flowing in (e.g. d loss / d layer output). Returns the high-water mark
-        above ``start_bytes`` and the saved bytes still alive at each point.
-        """
-        return BackwardReplay.run(self, start_bytes, list(output_grads))
+    def backward(self, output_grads: Iterable[Sym], parameter_grads_exist: bool = False) -> "BackwardReplay":
+        """Replay backward over the recorded nodes, newest first (see :class:`BackwardReplay`)."""
+        return BackwardReplay.run(self, list(output_grads), parameter_grads_exist)
 
 
 @dataclass
 class BackwardReplay:
-    """The result of replaying a tape's backward pass."""
+    """The result of replaying a tape's backward pass.
+
+    Bytes are relative to the moment backward reaches this tape: the tape's saved tensors
+    are counted (they are still alive then), what was alive outside it is not.
+    """
 
     peak_bytes: int
-    """Highest live bytes during the replay, relative to the start (saved tensors included)."""
-    weight_grad_bytes_at_peak: int = 0
+    """Highest live bytes: saved tensors not yet released, activation gradients, parameter gradients."""
+    parameter_grad_bytes: int
+    """Gradients of the tape's parameters that remain as ``.grad`` afterwards (0 when they already existed)."""
+    input_grad_bytes: int
+    """Gradients left for the tape's inputs (flowing on to the previous layer)."""
 
     @classmethod
-    def run(cls, tape: Tape, start_bytes: int, output_grads: list[Sym]) -> "BackwardReplay":
+    def run(cls, tape: Tape, output_grads: list[Sym], parameter_grads_exist: bool = False) -> "BackwardReplay":
+        """Walk the nodes newest first, as PyTorch's engine does on one device.
+
+        ``parameter_grads_exist``: with gradient accumulation, later micro-batches add each
+        new parameter gradient into the existing ``.grad`` and free it at once.
+        """
         pending_saves: dict[int, int] = {}
         for node in tape.nodes:
             for tensor in node.saved:
-                if tensor.tag != "parameter":
+                if tensor.tag not in NOT_NEW_MEMORY:
                     pending_saves[tensor.storage] = pending_saves.get(tensor.storage, 0) + 1
-        saved_live = {s: t for s, t in tape.saved_storages.items()}
+        saved_live = dict(tape.saved_storages)
         saved_bytes = sum(t.nbytes for t in saved_live.values())
-        grads: dict[int, int] = {}  # storage of the tensor -> bytes of its gradient
+        grads: dict[int, int] = {}  # uid of a tensor -> bytes of its gradient
         for grad in output_grads:
-            grads[grad.storage] = grads.get(grad.storage, 0) + grad.nbytes
+            grads[grad.uid] = grads.get(grad.uid, 0) + grad.nbytes
         grad_bytes = sum(grads.values())
+        param_grad_bytes = 0
+        seen_params: set[int] = set()
         peak = saved_bytes + grad_bytes
         for node in reversed(tape.nodes):
-            if not any(out.storage in grads for out in node.outputs):
-                # No gradient reaches this node (its output was unused): PyTorch never runs it.
-                pass
-            new_grads = 0
+            if not any(out.uid in grads for out in node.outputs):
+                continue  # no gradient reaches this node: the engine never runs it
+            new_bytes = node.extra_backward_bytes
+            transient_bytes = 0
             for tensor in node.grad_inputs:
+                size = tensor.numel * DTYPE_BYTES[tensor.dtype]
                 if tensor.tag == "parameter":
-                    continue  # parameter gradients are accounted by the caller
-                if tensor.storage not in grads:
-                    grads[tensor.storage] = tensor.numel * DTYPE_BYTES[tensor.dtype]
-                    new_grads += grads[tensor.storage]
-            peak = max(peak, saved_bytes + grad_bytes + new_grads + node.extra_backward_bytes)
-            grad_bytes += new_grads
+                    if tensor.uid in seen_params:
+                        transient_bytes += size  # a second use: accumulated, then freed
+                    elif parameter_grads_exist:
+                        transient_bytes += size
+                    else:
+                        param_grad_bytes += size
+                    seen_params.add(tensor.uid)
+                elif tensor.uid in grads:
+                    transient_bytes += size  # a second consumer: summed into the existing gradient
+                else:
+                    grads[tensor.uid] = size
+                    grad_bytes += size
+            peak = max(peak, saved_bytes + grad_bytes + param_grad_bytes + new_bytes + transient_bytes)
             for out in node.outputs:
-                grad_bytes -= grads.pop(out.storage, 0)
+                grad_bytes -= grads.pop(out.uid, 0)
             for tensor in node.saved:
-                if tensor.tag == "parameter":
+                if tensor.tag in NOT_NEW_MEMORY:
                     continue
                 pending_saves[tensor.storage] -= 1
                 if pending_saves[tensor.storage] == 0 and tensor.storage in saved_live:
                     saved_bytes -= saved_live.pop(tensor.storage).nbytes
-        return cls(peak_bytes=peak)
+        return cls(peak_bytes=peak, parameter_grad_bytes=param_grad_bytes, input_grad_bytes=grad_bytes)

@@ -1,0 +1,247 @@
+"""The ``trainmem`` command line: a thin shell over ``trainmem.estimate``.
+
+    trainmem estimate --preset llama-2-13b --gpus 8 --zero 3 --precision bf16-mixed \\
+        --micro-batch-size 4 --seq-len 4096 --checkpointing full --gpu a100-80gb
+    trainmem estimate setup.json --json
+    trainmem presets | gpus | optimizers [--json]
+    trainmem schema
+    trainmem measure ... / trainmem validate ...   (see their --help)
+
+Exit status: 0 on success, 1 when ``--fail-if-not-fit`` is given and the setup does not
+fit, 2 on bad input (with one line naming the field and what is allowed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Optional, Sequence
+
+from pydantic import ValidationError
+
+from .catalogs import gpus, optimizers, presets
+from .errors import one_line
+from .render import render_report
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"trainmem {self.prog.split()[-1]}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("setup", nargs="?", help="a setup JSON file (see `trainmem schema`); flags override its values")
+    parser.add_argument("--json", action="store_true", help="print the full report as JSON")
+    parser.add_argument("--fail-if-not-fit", action="store_true", help="exit with status 1 when it does not fit")
+    model = parser.add_argument_group("model")
+    model.add_argument("--preset", help="a model preset (trainmem presets)")
+    model.add_argument("--hf-config", metavar="CONFIG_JSON", help="a Hugging Face config.json file")
+    model.add_argument("--num-parameters", type=int, help="only a parameter count (model states only)")
+    run = parser.add_argument_group("batch and precision")
+    run.add_argument("--micro-batch-size", "--mbs", type=int, dest="micro_batch_size")
+    run.add_argument("--seq-len", "--sequence-length", type=int, dest="sequence_length")
+    run.add_argument("--grad-accum", "--gradient-accumulation-steps", type=int, dest="gradient_accumulation_steps")
+    run.add_argument("--precision", help="fp32, amp-bf16, bf16-mixed, bf16-master-weights, bf16-pure, ...")
+    run.add_argument("--optimizer", help="adamw, adam, sgd, sgd-momentum, adamw-8bit, adafactor, lion, ...")
+    run.add_argument("--optimizer-implementation", choices=["foreach", "for-loop", "fused"])
+    run.add_argument("--checkpointing", choices=["none", "selective", "full"], dest="activation_checkpointing")
+    run.add_argument("--attention", choices=["sdpa", "flash_attention_2", "eager", "sdpa-math"])
+    run.add_argument("--loss", choices=["standard", "chunked"])
+    par = parser.add_argument_group("parallelism")
+    par.add_argument("--gpus", type=int, dest="num_gpus", help="GPUs in the run")
+    par.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
+    par.add_argument("--fsdp", nargs="?", const="FULL_SHARD",
+                     choices=["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"], help="PyTorch FSDP")
+    par.add_argument("--ddp", action="store_true", help="PyTorch DDP (the default data parallelism)")
+    par.add_argument("--tp", "--tensor-parallel", type=int, dest="tensor_parallel_size")
+    par.add_argument("--pp", "--pipeline-parallel", type=int, dest="pipeline_parallel_size")
+    par.add_argument("--cp", "--context-parallel", type=int, dest="context_parallel_size")
+    par.add_argument("--ep", "--expert-parallel", type=int, dest="expert_parallel_size")
+    par.add_argument("--sequence-parallel", action="store_true", default=None)
+    par.add_argument("--offload-optimizer", action="store_true", default=None)
+    par.add_argument("--offload-params", action="store_true", default=None, dest="offload_parameters")
+    tune = parser.add_argument_group("fine-tuning")
+    tune.add_argument("--lora", type=int, metavar="RANK", help="LoRA with this rank")
+    tune.add_argument("--qlora", type=int, metavar="RANK", help="QLoRA (4-bit NF4 base) with this LoRA rank")
+    tune.add_argument("--lora-targets", help="comma-separated module names, or all-linear")
+    hw = parser.add_argument_group("hardware")
+    hw.add_argument("--gpu", help="a GPU of the catalog (trainmem gpus)")
+    hw.add_argument("--gpu-memory-gib", type=float, help="a custom GPU with this much memory")
+    hw.add_argument("--headroom", type=float, dest="headroom_fraction", help="fraction to keep free (default 0.10)")
+    hw.add_argument("--device", choices=["cuda", "cpu"], help="cpu replays a CPU measurement")
+
+
+def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The setup dict: the file's contents (if any) with the flags on top."""
+    setup: dict[str, Any] = {}
+    if args.setup:
+        try:
+            with open(args.setup, encoding="utf-8") as handle:
+                setup = json.load(handle)
+        except OSError as error:
+            raise _InputError(f"setup: cannot read {args.setup!r}: {error.strerror or error}") from None
+        except json.JSONDecodeError as error:
+            raise _InputError(f"setup: {args.setup!r} is not valid JSON: {error.msg} at line {error.lineno}") from None
+        if not isinstance(setup, dict):
+            raise _InputError(f"setup: {args.setup!r} must hold a JSON object")
+    patch: dict[str, Any] = {}
+    models = [m for m in ("preset", "hf_config", "num_parameters") if getattr(args, m) is not None]
+    if len(models) > 1:
+        raise _InputError("model: give only one of --preset, --hf-config, --num-parameters")
+    if models:
+        patch["model"] = {models[0]: getattr(args, models[0])}
+    for name in ("micro_batch_size", "sequence_length", "gradient_accumulation_steps", "precision",
+                 "activation_checkpointing", "attention", "loss", "headroom_fraction"):
+        if getattr(args, name) is not None:
+            patch[name] = getattr(args, name)
+    if args.optimizer is not None or args.optimizer_implementation is not None:
+        patch["optimizer"] = {k: v for k, v in (("name", args.optimizer),
+                                                 ("implementation", args.optimizer_implementation)) if v is not None}
+    parallel: dict[str, Any] = {}
+    for name in ("num_gpus", "tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size",
+                 "expert_parallel_size", "sequence_parallel", "offload_optimizer", "offload_parameters"):
+        if getattr(args, name) is not None:
+            parallel[name] = getattr(args, name)
+    strategies = [flag for flag in ("zero", "fsdp") if getattr(args, flag) is not None] + (["ddp"] if args.ddp else [])
+    if len(strategies) > 1:
+        raise _InputError("parallelism.strategy: give only one of --ddp, --zero, --fsdp")
+    if args.zero is not None:
+        parallel.update(strategy="zero", zero_stage=args.zero)
+    if args.fsdp is not None:
+        parallel.update(strategy="fsdp", fsdp_sharding_strategy=args.fsdp, zero_stage=0)
+    if args.ddp:
+        parallel.update(strategy="ddp", zero_stage=0)
+    if parallel:
+        patch["parallelism"] = parallel
+    if args.lora is not None and args.qlora is not None:
+        raise _InputError("finetuning.method: give only one of --lora, --qlora")
+    finetuning: dict[str, Any] = {}
+    if args.lora is not None or args.qlora is not None:
+        finetuning = {"method": "lora" if args.lora is not None else "qlora",
+                      "lora": {"r": args.lora if args.lora is not None else args.qlora}}
+    if args.lora_targets:
+        targets: Any = args.lora_targets if args.lora_targets == "all-linear" else [
+            t.strip() for t in args.lora_targets.split(",") if t.strip()]
+        finetuning = _merge(finetuning, {"lora": {"target_modules": targets}})
+    if finetuning:
+        patch["finetuning"] = finetuning
+    if args.gpu is not None and args.gpu_memory_gib is not None:
+        raise _InputError("gpu: give only one of --gpu, --gpu-memory-gib")
+    if args.gpu is not None:
+        patch["gpu"] = args.gpu
+    if args.gpu_memory_gib is not None:
+        patch["gpu"] = {"memory_gib": args.gpu_memory_gib}
+    if args.device is not None:
+        patch["runtime"] = {"device": args.device}
+    return _merge(setup, patch)
+
+
+class _InputError(Exception):
+    """Bad input found before validation (unreadable file, conflicting flags)."""
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from .estimate import estimate
+
+    setup = setup_from_arguments(args)
+    report = estimate(setup)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(render_report(report))
+    return 1 if args.fail_if_not_fit and not report.fit.fits else 0
+
+
+def _catalog(kind: str, as_json: bool) -> int:
+    if kind == "presets":
+        from .estimate import estimate  # noqa: F401  (parameter counts come from the inventory)
+        from .hf_config import architecture_from_hf_config
+        from .inventory import build_inventory
+
+        rows = []
+        for preset in presets().values():
+            arch = architecture_from_hf_config(preset.config)
+            rows.append({"name": preset.name, "display_name": preset.display_name, "hf_id": preset.hf_id,
+                         "model_type": arch.model_type, "num_parameters": build_inventory(arch).num_parameters})
+        if as_json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for row in rows:
+                print(f"{row['name']:<20} {row['num_parameters']:>17,}  {row['display_name']}  ({row['hf_id']})")
+    elif kind == "gpus":
+        rows = [g.model_dump() | {"memory_bytes": g.memory_bytes} for g in gpus().values()]
+        if as_json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for g in gpus().values():
+                print(f"{g.name:<16} {g.memory_mib / 1024:>7.1f} GiB  {g.display_name}")
+    else:
+        rows = [o.model_dump(by_alias=True) for o in optimizers().values()]
+        if as_json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for o in optimizers().values():
+                print(f"{o.name:<18} {o.display_name}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _OneLineParser(prog="trainmem", description="Simulate the GPU memory of a training step.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+    _add_estimate_arguments(commands.add_parser("estimate", help="estimate the memory of a setup"))
+    for kind in ("presets", "gpus", "optimizers"):
+        sub = commands.add_parser(kind, help=f"list the {kind} trainmem knows")
+        sub.add_argument("--json", action="store_true")
+    commands.add_parser("schema", help="print the JSON Schema of a setup file")
+    commands.add_parser("measure", help="measure a setup with PyTorch (needs trainmem[measure])", add_help=False)
+    commands.add_parser("validate", help="compare predictions with the measured corpus", add_help=False)
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("measure", "validate"):
+        return _delegate(argv[0], argv[1:])
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "estimate":
+            return _estimate(args)
+        if args.command == "schema":
+            from .setup import Setup
+
+            print(json.dumps(Setup.model_json_schema(), indent=2))
+            return 0
+        return _catalog(args.command, args.json)
+    except ValidationError as error:
+        sys.stderr.write(f"trainmem: error: {one_line(error)}\n")
+        return 2
+    except _InputError as error:
+        sys.stderr.write(f"trainmem: error: {error}\n")
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+def _delegate(command: str, argv: list[str]) -> int:
+    if command == "measure":
+        from .measure.cli import main as measure_main
+
+        return measure_main(argv)
+    from .validate import main as validate_main
+
+    return validate_main(argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""The two ends of the model: the embedding before the first layer and the loss head after the last.
+
+Both are replayed on a :class:`~trainmem.tape.Tape` like a decoder layer (``layers.py``).
+The head is where single-GPU steps usually peak: ``ForCausalLMLoss`` upcasts the logits to
+fp32 (``logits.float()``), ``cross_entropy`` saves the fp32 log-softmax, and the first
+backward nodes allocate its gradient and the gradient of the logits while the saved
+log-softmax is still alive. A chunked loss (torchtune's ``CEWithChunkedOutputLoss``, Liger's
+fused linear cross-entropy) runs the same ops on 1/chunks of the tokens at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .architecture import Architecture
+from .layers import LayerKernels, LayerProgram, LayerShape, Trainability
+from .tape import Sym, Tape
+
+
+@dataclass(frozen=True)
+class EndTrace:
+    """What the embedding or the loss head costs, like :class:`~trainmem.layers.LayerTrace`."""
+
+    saved_activation_bytes: int
+    saved_weight_copy_bytes: int
+    forward_peak_bytes: int
+    """Transient peak during the forward, above what was alive before (output and saved included)."""
+    output_bytes: int
+    backward_peak_bytes: int
+    parameter_grad_bytes: int
+    input_grad_bytes: int
+
+
+def trace_embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
+                    parameter_grads_exist: bool = False) -> EndTrace:
+    """``embed_tokens(input_ids)`` (+ GPT-2's learned positions and dropout, Gemma's sqrt(h) scaling).
+
+    The embedding output stays referenced by the model's forward (``inputs_embeds``) until the
+    forward returns; the caller keeps it alive through the forward.
+    """
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    tokens, h = shape.stream_tokens, shape.hidden
+    weight = Sym(arch.vocab_size * h, kernels.weight_dtype, trainability.trains("embed_tokens"), "parameter")
+    out = tape.new(tokens * h, kernels.weight_dtype, weight.requires_grad)
+    tape.record("embedding", [Sym(tokens, "int64", False)], [weight], [out])
+    if arch.position_embedding == "learned":
+        positions = Sym(arch.max_position_embeddings * h, kernels.weight_dtype, trainability.trains("wpe"), "parameter")
+        position_out = tape.new(shape.seq * h, kernels.weight_dtype, positions.requires_grad)
+        tape.record("embedding", [Sym(shape.seq, "int64", False)], [positions], [position_out])
+        out = tape.add(out, position_out)  # inputs_embeds and position_embeds stay referenced
+    if arch.scale_embeddings:
+        scaled = tape.mul(out, Sym(1, out.dtype, False))  # inputs_embeds * normalizer
+        out = scaled
+    dropped = tape.dropout(out, arch.embedding_dropout)
+    if dropped is not out and arch.position_embedding == "learned":
+        tape.release(out)  # the sum is not saved by dropout
+    replay = tape.backward([dropped], parameter_grads_exist)
+    return EndTrace(
+        saved_activation_bytes=tape.saved_bytes(("activation",)),
+        saved_weight_copy_bytes=0,
+        forward_peak_bytes=tape.peak_live_bytes,
+        output_bytes=tape.live_bytes() - tape.saved_bytes(("activation",)),
+        backward_peak_bytes=replay.peak_bytes,
+        parameter_grad_bytes=replay.parameter_grad_bytes,
+        input_grad_bytes=0,
+    )
+
+
+def trace_loss_head(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
+                    vocab_per_rank: int, parameter_grads_exist: bool = False) -> EndTrace:
+    """Final norm, ``lm_head``, optional logit soft-capping, ``logits.float()`` and cross-entropy."""
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    program = LayerProgram(arch, shape, kernels, trainability, tape)
+    tokens, h = shape.stream_tokens, shape.hidden
+    x = tape.new(tokens * h, kernels.stream_dtype, True)
+    normed = program.norm("ln_f" if arch.model_type == "gpt2" else "norm", x, tokens, h)
+    tape.release(x)
+    weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
+    logits = tape.linear(normed, weight, vocab_per_rank)
+    tape.release(normed)
+    if arch.final_logit_softcapping:  # logits / cap -> tanh -> * cap
+        divided = tape.scale(logits)
+        tape.release(logits)
+        capped = tape.unary_saving_result("tanh", divided)
+        tape.release(divided)
+        logits = tape.scale(capped)
+    logits32 = tape.to(logits, "fp32")
+    loss = tape.cross_entropy(logits32, shape.tokens)
+    tape.release(logits32, logits)
+    return _finish(tape, loss, parameter_grads_exist)
+
+
+def trace_chunked_loss_head(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
+                            vocab_per_rank: int, chunks: int, parameter_grads_exist: bool = False) -> EndTrace:
+    """A fused linear cross-entropy (Liger ``LigerFusedLinearCrossEntropyLoss``).
+
+    The forward walks the tokens in ``chunks`` pieces: for each, it computes the logits, their
+    fp32 softmax and at once the gradients of the hidden states and of the head weight, so no
+    full logits tensor ever exists. What it saves for backward is those two gradients.
+    """
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    program = LayerProgram(arch, shape, kernels, trainability, tape)
+    tokens, h = shape.stream_tokens, shape.hidden
+    x = tape.new(tokens * h, kernels.stream_dtype, True)
+    normed = program.norm("ln_f" if arch.model_type == "gpt2" else "norm", x, tokens, h)
+    tape.release(x)
+    head_trains = _head_trains(arch, trainability)
+    weight = Sym(vocab_per_rank * h, kernels.weight_dtype, head_trains, "parameter")
+    compute = kernels.autocast or kernels.weight_dtype
+    grad_input = Sym(tokens * h, compute, False)
+    grad_weight = Sym(vocab_per_rank * h, kernels.weight_dtype, False) if head_trains else None
+    rows = -(-shape.tokens // chunks)
+    for tensor in filter(None, (grad_input, grad_weight)):
+        tape.live[tensor.storage] = tensor
+    chunk_logits = tape.new(rows * vocab_per_rank, compute, False)
+    chunk_fp32 = tape.new(rows * vocab_per_rank, "fp32", False)
+    tape.release(chunk_logits, chunk_fp32)
+    loss = tape.new(1, "fp32", True)
+    tape.record("fused_linear_cross_entropy", [grad_input, grad_weight], [normed, weight], [loss])
+    tape.release(normed)
+    return _finish(tape, loss, parameter_grads_exist)
+
+
+def _head_trains(arch: Architecture, trainability: Trainability) -> bool:
+    return trainability.trains("embed_tokens" if arch.tie_word_embeddings else "lm_head")
+
+
+def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool) -> EndTrace:
+    replay = tape.backward([loss], parameter_grads_exist)
+    saved = tape.saved_bytes(("activation",))
+    return EndTrace(
+        saved_activation_bytes=saved,
+        saved_weight_copy_bytes=tape.saved_bytes(("weight_copy",)),
+        forward_peak_bytes=tape.peak_live_bytes,
+        output_bytes=loss.nbytes,
+        backward_peak_bytes=replay.peak_bytes,
+        parameter_grad_bytes=replay.parameter_grad_bytes,
+        input_grad_bytes=replay.input_grad_bytes,
+    )

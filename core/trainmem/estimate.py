@@ -1,0 +1,176 @@
+"""``estimate(setup) -> Report``: the one entry point every shell (CLI, web page, Python) calls."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Union
+
+from . import __version__
+from .fit import gpus_that_fit, resolve_gpu, verdict
+from .overhead import ProcessOverhead, process_overhead
+from .plan import Plan
+from .report import CATEGORIES, Breakdown, Part, PeakMoment, RankReport, Report, Resolved, Timeline
+from .setup import Setup
+from .simulate import RankSimulation, attention_kernel, simulate_rank
+from .tape import DTYPE_BYTES
+from .units import format_bytes, format_count
+
+_PHASE_DESCRIPTIONS = {
+    "start": "between steps: only the model states are resident",
+    "forward": "during the forward pass",
+    "loss": "at the loss: the logits, their fp32 copy and the log-softmax are alive together",
+    "backward": "during backward, while saved activations and new gradients coexist",
+    "optimizer": "in the optimizer step: gradients, states and the step's temporaries together",
+    "zero_grad": "after zero_grad",
+}
+
+
+def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> Report:
+    """Simulate one optimizer step of ``setup`` and report its memory on each distinct rank.
+
+    ``setup`` may be a :class:`Setup` or anything ``Setup.model_validate`` accepts (a dict
+    parsed from JSON). Invalid input raises ``pydantic.ValidationError``.
+    """
+    if not isinstance(setup, Setup):
+        setup = Setup.model_validate(setup)
+    plan = Plan(setup)
+    gpu = resolve_gpu(setup)
+    overhead = process_overhead(plan, gpu.architecture)
+    ranks = [_rank_report(plan, simulate_rank(plan, stage), overhead) for stage in plan.stages]
+    heaviest = max(range(len(ranks)), key=lambda i: ranks[i].peak_total_bytes)
+    top = ranks[heaviest]
+    report = Report(
+        trainmem_version=__version__,
+        setup=setup,
+        resolved=_resolved(plan),
+        num_parameters=plan.num_parameters,
+        num_trainable_parameters=plan.num_trainable_parameters,
+        peak_allocated_bytes=top.peak_allocated_bytes,
+        peak_total_bytes=top.peak_total_bytes,
+        breakdown=top.breakdown,
+        parts=top.parts,
+        peak=top.peak,
+        heaviest_rank=heaviest,
+        ranks=ranks,
+        fit=verdict(gpu, top.peak_total_bytes, setup.headroom_fraction),
+        fits_on=gpus_that_fit(top.peak_total_bytes, setup.headroom_fraction),
+        warnings=_warnings(plan, gpu),
+    )
+    if suggestions:
+        from .suggest import suggest  # suggestions re-run estimate: imported late to avoid a cycle
+
+        report = report.model_copy(update={"suggestions": suggest(setup, report)})
+    return report
+
+
+def _rank_report(plan: Plan, simulation: RankSimulation, overhead: ProcessOverhead) -> RankReport:
+    account = simulation.account
+    workspace = overhead.cublas_workspace_bytes
+    peak_allocated = account.peak_total + workspace
+    reserve = math.ceil(peak_allocated * overhead.allocator_reserve_fraction)
+    peak_total = peak_allocated + reserve + overhead.cuda_context_bytes + overhead.nccl_bytes
+
+    parts = [
+        Part(category=category, name=name, bytes=nbytes, detail=account.details.get((category, name), ""))
+        for (category, name), nbytes in account.peak_parts.items()
+        if nbytes > 0
+    ]
+    extra = [
+        Part(category="overhead", name="cuBLAS workspace", bytes=workspace, detail="allocated by PyTorch for cuBLAS"),
+        Part(category="overhead", name="allocator reserve", bytes=reserve, allocated=False,
+             detail=f"caching allocator's reserved-but-free memory, assumed {overhead.allocator_reserve_fraction:.0%} "
+                    "of the peak"),
+        Part(category="overhead", name="CUDA context", bytes=overhead.cuda_context_bytes, allocated=False,
+             detail="driver state and kernels, outside PyTorch's allocator"),
+        Part(category="overhead", name="NCCL buffers", bytes=overhead.nccl_bytes, allocated=False,
+             detail=f"{overhead.nccl_communicators} communicator(s), outside PyTorch's allocator"),
+    ]
+    parts += [part for part in extra if part.bytes > 0]
+    parts.sort(key=lambda part: (CATEGORIES.index(part.category), -part.bytes))
+    totals = {category: 0 for category in CATEGORIES}
+    for part in parts:
+        totals[part.category] += part.bytes
+
+    points = account.points
+    columns = list(zip(*(point.totals for point in points)))
+    timeline = Timeline.model_construct(
+        labels=[p.label for p in points],
+        phases=[p.phase for p in points],
+        micro_batches=[p.micro_batch for p in points],
+        parameters=list(columns[0]),
+        gradients=list(columns[1]),
+        optimizer_states=list(columns[2]),
+        activations=list(columns[3]),
+        overhead=[value + workspace for value in columns[4]],
+        peak_index=account.peak_index,
+    )
+    moment = points[account.peak_index]
+    return RankReport(
+        name=simulation.description,
+        num_ranks=_ranks_like(plan, simulation),
+        peak_allocated_bytes=peak_allocated,
+        peak_total_bytes=peak_total,
+        breakdown=Breakdown(**totals),
+        parts=parts,
+        peak=PeakMoment(index=account.peak_index, phase=moment.phase, label=moment.label,
+                        description=f"{moment.label}: {_PHASE_DESCRIPTIONS[moment.phase]}"),
+        timeline=timeline,
+        cpu_offload_bytes=simulation.cpu_offload_bytes,
+    )
+
+
+def _ranks_like(plan: Plan, simulation: RankSimulation) -> int:
+    parallel = plan.parallel
+    pp = parallel.pipeline_parallel_size
+    per_stage = parallel.num_gpus // pp
+    if pp == 1:
+        return parallel.num_gpus
+    if simulation.stage.index == 0 or simulation.stage.has_head:
+        return per_stage
+    return per_stage * (pp - 2)
+
+
+def _resolved(plan: Plan) -> Resolved:
+    precision, setup = plan.precision, plan.setup
+    arch = plan.architecture
+    optimizer_values = plan.optimizer.full_state_tensors
+    state_bytes = 1 if plan.optimizer.quantized_state_bits else DTYPE_BYTES[precision.optimizer_state_dtype]
+    if arch is not None:
+        model = f"{arch.model_type}, {format_count(plan.num_parameters)} parameters, {arch.num_hidden_layers} layers"
+        if arch.is_moe:
+            model += f", {arch.num_experts} experts (top-{arch.num_experts_per_tok})"
+    else:
+        model = f"{format_count(plan.num_parameters)} parameters (no architecture: activations not estimated)"
+    return Resolved(
+        precision_recipe=precision.recipe,
+        precision_description=precision.description,
+        data_parallel_size=plan.data_parallel_size,
+        weight_bytes_per_parameter=DTYPE_BYTES[precision.stored_weight_dtype],
+        gradient_bytes_per_parameter=DTYPE_BYTES[precision.gradient_dtype],
+        optimizer_bytes_per_parameter=optimizer_values * state_bytes + (4 if precision.master_weights else 0),
+        optimizer_implementation=plan.optimizer_implementation,
+        attention_saves_scores=attention_kernel(plan) != "fused" if arch is not None else False,
+        activation_dtype=precision.stream_dtype if precision.autocast is None else
+        f"{precision.stream_dtype} residual stream, {precision.autocast} matmuls",
+        model_description=model,
+    )
+
+
+def _warnings(plan: Plan, gpu) -> list[str]:
+    warnings = []
+    setup, arch = plan.setup, plan.architecture
+    half = {plan.precision.autocast, plan.precision.compute_weight_dtype}
+    if "bf16" in half and not gpu.supports_bf16:
+        warnings.append(f"{gpu.display_name} has no bf16 support; use fp16 mixed precision on it.")
+    if arch is None:
+        warnings.append("Only a parameter count was given: activations are not estimated. "
+                        "Give a preset, a config.json or an architecture for a full simulation.")
+    elif arch.position_embedding == "rope" and setup.sequence_length > arch.max_position_embeddings:
+        warnings.append(f"sequence_length {setup.sequence_length} is longer than the model's "
+                        f"max_position_embeddings ({arch.max_position_embeddings}).")
+    if arch is not None and arch.attn_logit_softcapping and setup.attention == "sdpa":
+        warnings.append("Gemma 2's attention soft-capping needs the eager kernel: simulated with eager attention.")
+    if plan.optimizer.paged:
+        warnings.append("A paged optimizer keeps its states in unified memory and can evict them to the CPU under "
+                        "pressure; they are counted on the GPU here.")
+    return warnings

@@ -1,0 +1,530 @@
+"""The forward programs of a decoder layer, replayed on a symbolic :class:`~trainmem.tape.Tape`.
+
+Each function below mirrors, op for op, the forward code of the Hugging Face module it
+names (transformers 5.x), so that the tape records the tensors PyTorch really saves:
+
+* ``LlamaRMSNorm``: ``x.to(float32)``, ``pow(2)``, ``mean``, ``rsqrt``, ``x * rsqrt``,
+  ``.to(input_dtype)``, ``weight * x`` (Mistral, Mixtral, Qwen2, Phi-3 use the same norm);
+  ``Gemma2RMSNorm`` multiplies in fp32 by ``1 + weight`` before casting back;
+* attention: q/k/v projections (fused for GPT-2 and Phi-3), RoPE
+  ``q * cos + rotate_half(q) * sin``, then either a fused SDPA/flash kernel or the eager
+  path ``softmax(q kᵀ · scale + mask) [dropout] @ v`` (with K/V repeated for grouped-query
+  attention when the kernel cannot do it natively), and the output projection;
+* MLPs: gated ``down(act(gate(x)) * up(x))``, plain ``c_proj(act(c_fc(x)))`` with GPT-2's
+  ``gelu_new`` written out in Python ops, and Mixtral-style routed experts;
+* PEFT LoRA around a linear: ``base(x) + B(A(dropout(x.to(adapter_dtype)))) * scaling``
+  followed by ``.to(result_dtype)``; QLoRA's base dequantises its 4-bit weight per call.
+
+Per-rank sizes come in a :class:`LayerShape`; tensor parallelism divides heads and the
+MLP width, sequence parallelism divides the residual-stream tensors, context parallelism
+divides the sequence (see Korthikanti et al. 2022 for the layout these follow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .architecture import Architecture
+from .tape import Sym, Tape
+
+AttentionKernel = str  # "fused" (flash / memory-efficient SDPA), "eager", "math" (SDPA's math fallback)
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Sizes of one layer's tensors on one rank."""
+
+    batch: int
+    seq: int
+    """Query positions on this rank (sequence_length / context_parallel_size)."""
+    kv_seq: int
+    """Key positions each query attends over."""
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    stream_tokens: int
+    """Tokens of residual-stream tensors on this rank (÷ tensor parallel size with sequence parallelism)."""
+    experts_per_token: int = 0
+    shared_intermediate: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+
+@dataclass(frozen=True)
+class LayerKernels:
+    """Which dtypes and kernels the layer's forward uses."""
+
+    device: str
+    autocast: Optional[str]
+    weight_dtype: str
+    """Dtype of the weights the forward reads (stored dtype, or the gathered dtype under FSDP/ZeRO-3)."""
+    stream_dtype: str
+    """Dtype of the residual stream: the embedding output's dtype."""
+    attention: AttentionKernel
+    selective_recompute: bool = False
+    adapter_dtype: str = "fp32"
+    lora_rank: int = 0
+    lora_dropout: float = 0.0
+    quantized_compute_dtype: Optional[str] = None
+    """QLoRA: the dtype the 4-bit base weights are dequantised to for each matmul."""
+
+
+@dataclass(frozen=True)
+class Trainability:
+    """Which of a layer's modules train, and which carry LoRA adapters."""
+
+    trains: Callable[[str], bool]
+    """module path (e.g. ``self_attn.q_proj``) -> whether its own weights train."""
+    has_adapter: Callable[[str], bool]
+    """module path -> whether LoRA adapts it."""
+
+
+class LayerProgram:
+    """Replays one decoder layer's forward pass on a tape."""
+
+    def __init__(self, arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
+                 tape: Tape):
+        self.arch = arch
+        self.shape = shape
+        self.kernels = kernels
+        self.trainability = trainability
+        self.tape = tape
+
+    # ------------------------------------------------------------------ parameters
+    def parameter(self, module: str, numel: int, dtype: Optional[str] = None) -> Sym:
+        return Sym(numel, dtype or self.kernels.weight_dtype, self.trainability.trains(module), "parameter")
+
+    # ------------------------------------------------------------------ norms
+    def norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
+        if self.arch.norm == "layernorm":
+            weight = self.parameter(module, width)
+            bias = self.parameter(module, width)
+            return self.tape.layer_norm(x, rows, weight, bias)
+        if self.arch.model_type == "gemma2":
+            return self._gemma_rmsnorm(module, x, rows, width)
+        return self._llama_rmsnorm(module, x, rows, width)
+
+    def _llama_rmsnorm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
+        """LlamaRMSNorm.forward: the fp32 copy and the normalised input are saved for backward."""
+        tape = self.tape
+        x32 = tape.to(x, "fp32")
+        squared = tape.unary_saving_input("pow", x32)
+        variance = tape.reduce(squared, rows)
+        tape.release(squared)
+        shifted = tape.scale(variance)
+        tape.release(variance)
+        inverse = tape.unary_saving_result("rsqrt", shifted)
+        tape.release(shifted)
+        normalized = tape.mul(x32, inverse)
+        tape.release(inverse)
+        if x32 is not x:
+            tape.release(x32)
+        cast = tape.to(normalized, x.dtype)
+        if cast is not normalized:
+            tape.release(normalized)
+        out = tape.mul(self.parameter(module, width), cast)
+        tape.release(cast)
+        return out
+
+    def _gemma_rmsnorm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
+        """Gemma2RMSNorm.forward: ``(norm(x.float()) * (1 + weight.float())).type_as(x)``."""
+        tape = self.tape
+        x32 = tape.to(x, "fp32")
+        squared = tape.unary_saving_input("pow", x32)
+        variance = tape.reduce(squared, rows)
+        tape.release(squared)
+        shifted = tape.scale(variance)
+        tape.release(variance)
+        inverse = tape.unary_saving_result("rsqrt", shifted)
+        tape.release(shifted)
+        normalized = tape.mul(x32, inverse)
+        tape.release(inverse)
+        if x32 is not x:
+            tape.release(x32)
+        weight = tape.to(self.parameter(module, width), "fp32")
+        one_plus = tape.scale(weight)
+        scaled = tape.mul(normalized, one_plus)
+        tape.release(normalized, one_plus)
+        out = tape.to(scaled, x.dtype)
+        if out is not scaled:
+            tape.release(scaled)
+        return out
+
+    # ------------------------------------------------------------------ linear layers
+    def linear(self, module: str, x: Sym, in_features: int, out_features: int, bias: bool) -> Sym:
+        """``nn.Linear`` (or GPT-2's ``Conv1D``), with a LoRA adapter or a 4-bit base when configured."""
+        tape = self.tape
+        quantized = self.kernels.quantized_compute_dtype is not None
+        weight_dtype = "uint8" if quantized else None
+        weight = self.parameter(module, in_features * out_features if not quantized else in_features * out_features // 2,
+                                weight_dtype)
+        bias_param = self.parameter(module, out_features) if bias else None
+        if quantized:
+            result = self._dequantized_matmul(x, weight, in_features, out_features)
+        else:
+            result = tape.linear(x, weight, out_features, bias_param)
+        if not self.trainability.has_adapter(module):
+            return result
+        return self._lora(module, x, result, in_features, out_features)
+
+    def _dequantized_matmul(self, x: Sym, weight: Sym, in_features: int, out_features: int) -> Sym:
+        """bitsandbytes ``MatMul4Bit``: dequantise the weight, matmul, free the copy; saves only the packed weight."""
+        tape = self.tape
+        compute = self.kernels.quantized_compute_dtype or "bf16"
+        dequantized = tape.new(in_features * out_features, compute, False, "weight_copy")
+        x_in = tape.to(x, compute)
+        rows = x.numel // in_features
+        out = tape.new(rows * out_features, compute, x.requires_grad)
+        tape.record("matmul_4bit", [], [x], [out])
+        tape.release(dequantized)
+        if x_in is not x:
+            tape.release(x_in)
+        return out
+
+    def _lora(self, module: str, x: Sym, result: Sym, in_features: int, out_features: int) -> Sym:
+        """PEFT ``lora.Linear.forward`` for one active adapter."""
+        tape = self.tape
+        rank = self.kernels.lora_rank
+        result_dtype = result.dtype
+        lora_a = Sym(in_features * rank, self.kernels.adapter_dtype, True, "parameter")
+        lora_b = Sym(rank * out_features, self.kernels.adapter_dtype, True, "parameter")
+        x_cast = tape.to(x, self.kernels.adapter_dtype)
+        dropped = tape.dropout(x_cast, self.kernels.lora_dropout)
+        down = tape.linear(dropped, lora_a, rank)
+        if dropped is not x_cast:
+            tape.release(dropped)
+        if x_cast is not x:
+            tape.release(x_cast)
+        up = tape.linear(down, lora_b, out_features)
+        tape.release(down)
+        scaled = tape.scale(up)
+        tape.release(up)
+        summed = tape.add(result, scaled)
+        tape.release(result, scaled)
+        out = tape.to(summed, result_dtype)
+        if out is not summed:
+            tape.release(summed)
+        return out
+
+    # ------------------------------------------------------------------ attention
+    def attention(self, x: Sym) -> Sym:
+        arch, shape, tape = self.arch, self.shape, self.tape
+        tokens, d = shape.tokens, shape.head_dim
+        q_width, kv_width = shape.heads * d, shape.kv_heads * d
+        x_tp = self._gather_sequence(x)
+        if arch.model_type == "gpt2" or arch.fused_qkv:
+            module = "attn.c_attn" if arch.model_type == "gpt2" else "self_attn.qkv_proj"
+            qkv = self.linear(module, x_tp, shape.hidden, q_width + 2 * kv_width, arch.attention_qkv_bias)
+            q, k, v = tape.split(qkv, [tokens * q_width, tokens * kv_width, tokens * kv_width])
+            produced = [qkv]
+        else:
+            q = self.linear("self_attn.q_proj", x_tp, shape.hidden, q_width, arch.attention_qkv_bias)
+            k = self.linear("self_attn.k_proj", x_tp, shape.hidden, kv_width, arch.attention_qkv_bias)
+            v = self.linear("self_attn.v_proj", x_tp, shape.hidden, kv_width, arch.attention_qkv_bias)
+            produced = [q, k]
+        if x_tp is not x:
+            tape.release(x_tp)
+        if arch.qk_norm:
+            q_normed = self.norm("self_attn.q_norm", q, tokens * shape.heads, d)
+            k_normed = self.norm("self_attn.k_norm", k, tokens * shape.kv_heads, d)
+            tape.release(q, k)
+            q, k = q_normed, k_normed
+            produced = [q, k]
+        if arch.position_embedding == "rope":
+            q_rot, k_rot = self._rope(q), self._rope(k)
+            tape.release(*produced)
+            q, k = q_rot, k_rot
+        out = self._attention_core(q, k, v)
+        tape.release(q, k, v)
+        module = "attn.c_proj" if arch.model_type == "gpt2" else "self_attn.o_proj"
+        projected = self.linear(module, out, q_width, shape.hidden, arch.attention_output_bias)
+        tape.release(out)
+        return self._scatter_sequence(projected)
+
+    def _rope(self, q: Sym) -> Sym:
+        """``q * cos + rotate_half(q) * sin``; cos/sin carry the residual stream's dtype."""
+        tape = self.tape
+        cos = Sym(self.shape.seq * self.shape.head_dim, self.kernels.stream_dtype, False, "external")
+        sin = Sym(self.shape.seq * self.shape.head_dim, self.kernels.stream_dtype, False, "external")
+        with_cos = tape.mul(q, cos)
+        # rotate_half: torch.cat((-x2, x1)) of two slices; each slice's backward makes full-size zeros
+        rotated = tape.copy(q, backward_scratch_bytes=q.nbytes)
+        with_sin = tape.mul(rotated, sin)
+        tape.release(rotated)
+        out = tape.add(with_cos, with_sin)
+        tape.release(with_cos, with_sin)
+        return out
+
+    def _attention_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """The attention kernel; returns the tensor fed to the output projection."""
+        arch, shape, tape, kernel = self.arch, self.shape, self.tape, self.kernels.attention
+        lse_numel = shape.batch * shape.heads * shape.seq
+        dropout = arch.attention_dropout
+        if kernel == "fused":
+            out = tape.fused_attention(q, k, v, lse_numel, dropout > 0)
+            if self.kernels.selective_recompute:
+                pass  # a fused kernel saves no s×s tensor: nothing to recompute
+            return out  # laid out (b, s, a, d): the reshape for o_proj is a view
+        groups = shape.heads // shape.kv_heads
+        if groups > 1:  # repeat_kv: expand + reshape copies
+            k = tape.copy(k, k.numel * groups)
+            v = tape.copy(v, v.numel * groups)
+        scores_numel = shape.batch * shape.heads * shape.seq * shape.kv_seq
+        first_saved = len(tape.saved_storages)
+        if kernel == "math":
+            q = tape.scale(q)  # SDPA's math path scales q and k by sqrt(scale) before the product
+            k = tape.scale(k)
+        scores = tape.matmul(q, k, scores_numel)
+        if kernel == "math":
+            tape.release(q, k)
+        scaled = tape.scale(scores)
+        tape.release(scores)
+        if arch.attn_logit_softcapping:
+            capped = tape.unary_saving_result("tanh", tape.scale(scaled))
+            tape.release(scaled)
+            scaled = tape.scale(capped)
+        if self.kernels.device == "cuda" or kernel == "eager":
+            masked = tape.scale(scaled)  # + causal mask (a new tensor; add saves nothing)
+            tape.release(scaled)
+            scaled = masked
+        probs = tape.unary_saving_result("softmax", self._softmax_input(scaled))
+        tape.release(scaled)
+        if arch.model_type != "gpt2" and probs.dtype != q.dtype and kernel == "eager":
+            cast = tape.to(probs, q.dtype)  # softmax(..., dtype=float32).to(query.dtype)
+        elif arch.model_type == "gpt2":
+            cast = tape.to(probs, v.dtype)  # attn_weights.type(value.dtype)
+        else:
+            cast = probs
+        dropped = tape.dropout(cast, dropout)
+        context = tape.matmul(dropped, v, q.numel)
+        tape.release(probs, cast, dropped)
+        if groups > 1:
+            tape.release(k, v)
+        out = tape.copy(context)  # transpose(1, 2).reshape(...).contiguous()
+        tape.release(context)
+        if self.kernels.selective_recompute:
+            self._forget_saved_since(first_saved, keep=(q, k, v))
+        return out
+
+    def _softmax_input(self, scores: Sym) -> Sym:
+        return scores
+
+    def _forget_saved_since(self, first_index: int, keep: tuple[Sym, ...]) -> None:
+        """Selective recomputation (Korthikanti et al. 2022): the attention core keeps only q, k, v."""
+        kept = {t.storage for t in keep}
+        storages = list(self.tape.saved_storages)[first_index:]
+        for storage in storages:
+            if storage in kept:
+                continue
+            self.tape.saved_storages.pop(storage)
+            self.tape.live.pop(storage, None)
+            for node in self.tape.nodes:
+                node.saved = [t for t in node.saved if t.storage != storage]
+
+    # ------------------------------------------------------------------ MLP
+    def mlp(self, x: Sym) -> Sym:
+        if self.arch.is_moe:
+            return self._moe(x)
+        x_tp = self._gather_sequence(x)
+        out = self._dense_mlp("mlp", x_tp, self.shape.intermediate)
+        if x_tp is not x:
+            self.tape.release(x_tp)
+        return self._scatter_sequence(out)
+
+    def _dense_mlp(self, prefix: str, x: Sym, width: int) -> Sym:
+        arch, tape, h = self.arch, self.tape, self.shape.hidden
+        if arch.model_type == "gpt2" or arch.mlp == "plain":
+            fc1, fc2 = (f"{prefix}.c_fc", f"{prefix}.c_proj") if arch.model_type == "gpt2" else (f"{prefix}.fc1", f"{prefix}.fc2")
+            hidden = self.linear(fc1, x, h, width, arch.mlp_bias)
+            activated = self._activation(hidden)
+            tape.release(hidden)
+            out = self.linear(fc2, activated, width, h, arch.mlp_bias)
+            tape.release(activated)
+            return out
+        if arch.fused_gate_up:
+            gate_up = self.linear(f"{prefix}.gate_up_proj", x, h, 2 * width, arch.mlp_bias)
+            gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
+        else:
+            gate = self.linear(f"{prefix}.gate_proj", x, h, width, arch.mlp_bias)
+            up = self.linear(f"{prefix}.up_proj", x, h, width, arch.mlp_bias)
+        activated = self._activation(gate)
+        product = tape.mul(activated, up)
+        tape.release(gate, up, activated)
+        out = self.linear(f"{prefix}.down_proj", product, width, h, arch.mlp_bias)
+        tape.release(product)
+        return out
+
+    def _activation(self, x: Sym) -> Sym:
+        """The MLP activation; GPT-2's gelu_new is a chain of Python ops, others are one kernel."""
+        tape = self.tape
+        if self.arch.hidden_act not in ("gelu_new", "gelu_fast"):
+            return tape.unary_saving_input(self.arch.hidden_act, x)
+        # NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))
+        half = tape.scale(x)
+        cubed = tape.unary_saving_input("pow", x)
+        scaled_cube = tape.scale(cubed)
+        tape.release(cubed)
+        inner = tape.add(x, scaled_cube)
+        tape.release(scaled_cube)
+        scaled_inner = tape.scale(inner)
+        tape.release(inner)
+        tanh = tape.unary_saving_result("tanh", scaled_inner)
+        tape.release(scaled_inner)
+        one_plus = tape.scale(tanh)
+        out = tape.mul(half, one_plus)
+        tape.release(half, one_plus, tanh)
+        return out
+
+    def _moe(self, x: Sym) -> Sym:
+        """Router (fp32 softmax, top-k) and routed experts; each token visits ``experts_per_token`` experts.
+
+        Experts are replayed as one batched computation over ``tokens × top_k`` rows, which
+        is what the per-expert loop allocates in total under balanced routing.
+        """
+        arch, shape, tape = self.arch, self.shape, self.tape
+        h, experts = shape.hidden, arch.num_experts
+        routed_rows = shape.stream_tokens * shape.experts_per_token
+        router = Sym(experts * h, self.kernels.weight_dtype, self.trainability.trains("mlp.gate"), "parameter")
+        logits = tape.linear(x, router, experts)
+        logits32 = tape.to(logits, "fp32")
+        probs = tape.unary_saving_result("softmax", logits32)
+        tape.release(logits, logits32)
+        weights = tape.copy(probs, shape.stream_tokens * shape.experts_per_token)  # top-k values, renormalised
+        gathered = tape.copy(x, routed_rows * h)  # hidden_states[token_idx] for every expert
+        gate_up_weight = Sym(experts * 2 * shape.intermediate * h, self.kernels.weight_dtype,
+                             self.trainability.trains("mlp.experts"), "parameter")
+        gate_up = tape.linear(gathered, Sym(2 * shape.intermediate * h, gate_up_weight.dtype,
+                                            gate_up_weight.requires_grad, "parameter"), 2 * shape.intermediate)
+        tape.release(gathered)
+        gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
+        activated = self._activation(gate)
+        product = tape.mul(activated, up)
+        tape.release(gate_up, activated)
+        down_weight = Sym(shape.intermediate * h, self.kernels.weight_dtype, self.trainability.trains("mlp.experts"),
+                          "parameter")
+        down = tape.linear(product, down_weight, h)
+        tape.release(product)
+        weighted = tape.mul(down, tape.copy(weights, routed_rows))
+        tape.release(down, weights, probs)
+        out = tape.new(shape.stream_tokens * h, x.dtype, True)  # index_add_ into zeros_like(x)
+        tape.record("index_add", [], [weighted], [out])
+        tape.release(weighted)
+        if shape.shared_intermediate:
+            shared = self._dense_mlp("mlp.shared_expert", x, shape.shared_intermediate)
+            if arch.shared_expert_gate:
+                gate_logit = self.linear("mlp.shared_expert_gate", x, h, 1, False)
+                sigmoid = tape.unary_saving_result("sigmoid", gate_logit)
+                tape.release(gate_logit)
+                gated = tape.mul(sigmoid, shared)
+                tape.release(sigmoid, shared)
+                shared = gated
+            total = tape.add(out, shared)
+            tape.release(out, shared)
+            out = total
+        return out
+
+    # ------------------------------------------------------------------ sequence parallelism
+    def _gather_sequence(self, x: Sym) -> Sym:
+        """With sequence parallelism, the all-gather before a column-parallel linear (a transient)."""
+        if self.shape.stream_tokens == self.shape.tokens:
+            return x
+        gathered = self.tape.new(self.shape.tokens * self.shape.hidden, x.dtype, x.requires_grad)
+        self.tape.record("all_gather", [], [x], [gathered])
+        return gathered
+
+    def _scatter_sequence(self, x: Sym) -> Sym:
+        """With sequence parallelism, the reduce-scatter after a row-parallel linear."""
+        if self.shape.stream_tokens == self.shape.tokens:
+            return x
+        scattered = self.tape.new(self.shape.stream_tokens * self.shape.hidden, x.dtype, x.requires_grad)
+        self.tape.record("reduce_scatter", [], [x], [scattered])
+        self.tape.release(x)
+        return scattered
+
+    # ------------------------------------------------------------------ the layer
+    def layer(self, x: Sym) -> Sym:
+        """``DecoderLayer.forward``: pre-norm attention and MLP sub-blocks with residuals."""
+        arch, shape, tape = self.arch, self.shape, self.tape
+        rows, h = shape.stream_tokens, shape.hidden
+        first, second = ("ln_1", "ln_2") if arch.model_type == "gpt2" else ("input_layernorm", "post_attention_layernorm")
+        normed = self.norm(first, x, rows, h)
+        attended = self.attention(normed)
+        tape.release(normed)
+        if arch.norms_per_layer == 4:
+            post = self.norm("post_attention_layernorm", attended, rows, h)
+            tape.release(attended)
+            attended = post
+            second = "pre_feedforward_layernorm"
+        attended = self._residual_dropout(attended)
+        hidden = tape.add(x, attended)
+        tape.release(attended)
+        normed = self.norm(second, hidden, rows, h)
+        mixed = self.mlp(normed)
+        tape.release(normed)
+        if arch.norms_per_layer == 4:
+            post = self.norm("post_feedforward_layernorm", mixed, rows, h)
+            tape.release(mixed)
+            mixed = post
+        mixed = self._residual_dropout(mixed)
+        out = tape.add(hidden, mixed)
+        tape.release(hidden, mixed)
+        return out
+
+    def _residual_dropout(self, x: Sym) -> Sym:
+        dropped = self.tape.dropout(x, self.arch.residual_dropout)
+        if dropped is not x:
+            self.tape.release(x)
+        return dropped
+
+
+@dataclass(frozen=True)
+class LayerTrace:
+    """What one layer's forward and backward cost on a rank, from replaying its program."""
+
+    saved_activation_bytes: int
+    """Tensors saved for backward (activations)."""
+    saved_weight_copy_bytes: int
+    """Autocast low-precision copies of weights saved for backward (reported under parameters)."""
+    output_bytes: int
+    """The layer's output (the next layer's input)."""
+    backward_peak_bytes: int
+    """Peak during backward, above what was alive before, including this layer's saved tensors
+    and the new parameter gradients."""
+    parameter_grad_bytes: int
+    """Parameter gradients this layer's backward leaves in ``.grad``."""
+    input_grad_bytes: int
+    input_saved: bool
+    """Whether the layer saves its own input tensor for backward (it is then among the saved bytes)."""
+
+    forward_peak_bytes: int
+    """Peak during the forward above what was alive before it (the layer's input excluded)."""
+
+
+def trace_layer(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
+                input_requires_grad: bool, parameter_grads_exist: bool = False) -> LayerTrace:
+    """Replay one decoder layer forward and backward."""
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_requires_grad)
+    program = LayerProgram(arch, shape, kernels, trainability, tape)
+    out = program.layer(x)
+    peak_forward = tape.peak_live_bytes
+    input_saved = x.storage in tape.saved_storages
+    tape.release(x)
+    activations = tape.saved_bytes(("activation",))
+    weight_copies = tape.saved_bytes(("weight_copy",))
+    replay = tape.backward([out], parameter_grads_exist)
+    return LayerTrace(
+        saved_activation_bytes=activations,
+        saved_weight_copy_bytes=weight_copies,
+        forward_peak_bytes=peak_forward - x.nbytes,
+        output_bytes=out.nbytes,
+        backward_peak_bytes=replay.peak_bytes,
+        parameter_grad_bytes=replay.parameter_grad_bytes,
+        input_grad_bytes=replay.input_grad_bytes,
+        input_saved=input_saved,
+    )

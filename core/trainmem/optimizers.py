@@ -1,0 +1,93 @@
+"""Optimizer states and the scratch memory of ``optimizer.step()``.
+
+States (what stays between steps), per trainable tensor of ``n`` elements:
+
+* torch.optim keeps ``full_state_tensors`` tensors like the parameter (SGD 0, momentum 1,
+  Adam/AdamW 2, Lion 1) in the parameter's dtype — fp32 master weights when the recipe
+  keeps them, bf16 for pure bf16 training;
+* bitsandbytes 8-bit optimizers quantise each state block-wise: 1 byte per value plus one
+  fp32 absmax per block of 256 values (``optimizer_update_8bit_blockwise``); tensors with
+  fewer than ``min_8bit_size`` = 4096 elements keep 32-bit states;
+* Adafactor (Shazeer & Stern 2018; transformers.optimization.Adafactor) keeps, for a
+  matrix, one value per row and per column (the factored second moment) and for a vector
+  a full second moment; no first moment unless beta1 is set.
+
+Temporaries of ``step()`` (read off each implementation's source, checked by measurement):
+
+* Adam/AdamW *foreach*: ``torch._foreach_sqrt(exp_avg_sqs)`` materialises one tensor per
+  parameter at once: 1 × all parameters;
+* Adam/AdamW *for-loop*: ``(exp_avg_sq.sqrt() / bias_correction2_sqrt)`` holds two
+  tensors the size of the parameter being updated: 2 × the largest parameter;
+* Adafactor and Lion update one parameter at a time with a few parameter-sized tensors;
+* *fused* kernels and SGD update in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from .catalogs import OptimizerKind
+from .tape import DTYPE_BYTES
+
+BNB_BLOCK_SIZE = 256
+BNB_MIN_8BIT_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class TrainableTensor:
+    """A trainable parameter tensor as the optimizer on one rank sees it."""
+
+    shape: tuple[int, ...]
+    count: int = 1
+    """How many identical tensors (one per layer)."""
+
+    @property
+    def numel(self) -> int:
+        total = 1
+        for size in self.shape:
+            total *= size
+        return total
+
+
+def state_bytes(kind: OptimizerKind, tensors: Iterable[TrainableTensor], state_dtype: str) -> int:
+    """Bytes of optimizer state for ``tensors`` (whole, unsharded)."""
+    value_bytes = DTYPE_BYTES[state_dtype]
+    total = 0
+    for tensor in tensors:
+        n = tensor.numel
+        if kind.factored_second_moment:
+            per_tensor = (tensor.shape[0] + n // tensor.shape[0]) * value_bytes if len(tensor.shape) >= 2 else n * value_bytes
+            per_tensor += kind.full_state_tensors * n * value_bytes
+        elif kind.quantized_state_bits and n >= BNB_MIN_8BIT_SIZE:
+            blocks = -(-n // BNB_BLOCK_SIZE)
+            per_tensor = kind.full_state_tensors * (n * kind.quantized_state_bits // 8 + blocks * 4)
+        elif kind.quantized_state_bits:
+            per_tensor = kind.full_state_tensors * n * 4
+        else:
+            per_tensor = kind.full_state_tensors * n * value_bytes
+        total += per_tensor * tensor.count
+    return total
+
+
+@dataclass(frozen=True)
+class StepTemporaries:
+    """Scratch memory during ``optimizer.step()``."""
+
+    bytes: int
+    description: str
+
+
+def step_temporaries(kind: OptimizerKind, implementation: str, tensors: list[TrainableTensor], state_dtype: str,
+                     shard_factor: int) -> StepTemporaries:
+    """The peak scratch memory of one ``step()`` on a rank holding 1/shard_factor of ``tensors``."""
+    value_bytes = DTYPE_BYTES[state_dtype]
+    rule = {"foreach": kind.temporaries.foreach, "for-loop": kind.temporaries.for_loop,
+            "fused": kind.temporaries.fused}[implementation]
+    if not rule or not tensors:
+        return StepTemporaries(0, "updates in place")
+    if implementation == "foreach" and not kind.factored_second_moment:
+        all_bytes = sum(t.numel * t.count for t in tensors) * value_bytes // shard_factor
+        return StepTemporaries(int(rule * all_bytes), f"{rule:g}× all parameters (foreach)")
+    largest = max(t.numel for t in tensors) * value_bytes // shard_factor
+    return StepTemporaries(int(rule * largest), f"{rule:g}× the largest parameter ({implementation})")

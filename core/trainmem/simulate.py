@@ -1,0 +1,520 @@
+"""One optimizer step on one rank, simulated event by event.
+
+The step, as PyTorch, DeepSpeed and FSDP run it (``loss = model(ids, labels=ids).loss;
+loss.backward()`` per micro-batch, then ``optimizer.step(); optimizer.zero_grad()``):
+
+1. *start*: weights, optimizer states (and fp32 master weights) are resident; gradients
+   were freed by the last ``zero_grad(set_to_none=True)``; DDP's gradient buckets and
+   DeepSpeed's reduce bucket are resident buffers.
+2. *forward*, layer by layer: ZeRO-3/FSDP gather the layer's weights; each layer adds the
+   tensors it saves for backward (``layers.py``) and passes its output on; under
+   checkpointing only the layer's input is kept.
+3. *loss*: final norm, logits, their fp32 upcast and the cross-entropy (``ends.py``).
+4. *backward*, last layer first: the loss head's gradients, then each layer (recomputed
+   first under checkpointing) frees its saved tensors and leaves its parameter gradients,
+   which ZeRO-2/3 and FSDP reduce-scatter to a shard.
+5. later micro-batches repeat 2–4 with the gradients already allocated (accumulated into).
+6. *optimizer step* with the implementation's temporaries, then *zero_grad*.
+
+Every layer of a model is the same, so each distinct layer is replayed once on a tape and
+the timeline repeats its numbers; the timeline still has one point per layer and event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Optional
+
+from .ends import EndTrace, trace_chunked_loss_head, trace_embedding, trace_loss_head
+from .layers import LayerKernels, LayerShape, LayerTrace, Trainability, trace_layer
+from .optimizers import TrainableTensor, state_bytes, step_temporaries
+from .plan import Plan, Stage
+from .tape import DTYPE_BYTES
+from .timeline import MemoryAccount
+
+ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
+"""DeepSpeed zero_optimization.reduce_bucket_size default (5e8 elements)."""
+ZERO3_PREFETCH_ELEMENTS = 50_000_000
+"""DeepSpeed stage3_prefetch_bucket_size default (5e7 elements)."""
+ZERO3_PERSISTENCE_THRESHOLD = 100_000
+"""DeepSpeed stage3_param_persistence_threshold: smaller parameters stay gathered (1e5 elements)."""
+
+
+@dataclass(frozen=True)
+class RankSimulation:
+    """The result for one rank kind: the timeline account and what it resolved."""
+
+    stage: Stage
+    account: MemoryAccount
+    cpu_offload_bytes: int
+    description: str
+
+
+def attention_kernel(plan: Plan) -> str:
+    """The attention kernel that runs: fused, eager, or SDPA's math fallback.
+
+    On CUDA, SDPA picks flash or memory-efficient attention; fp32 inputs rule out flash,
+    and the memory-efficient kernel cannot do grouped-query attention natively, so fp32 GQA
+    falls back to math. On CPU the fused kernel runs only without attention dropout.
+    """
+    choice = plan.setup.attention
+    arch = plan.architecture
+    if choice == "eager":
+        return "eager"
+    if choice == "sdpa-math":
+        return "math"
+    if arch is None:
+        return "fused"
+    if arch.attn_logit_softcapping and choice == "sdpa":
+        return "eager"  # transformers refuses softcap with SDPA; Gemma 2 trains with eager
+    if plan.device == "cpu" and arch.attention_dropout > 0 and choice == "sdpa":
+        return "math"
+    compute = plan.precision.autocast or plan.precision.compute_weight_dtype
+    if plan.device == "cuda" and choice == "sdpa" and compute == "fp32" and arch.kv_heads != arch.num_attention_heads:
+        return "math"
+    return "fused"
+
+
+def _shape(plan: Plan) -> LayerShape:
+    arch, parallel, setup = plan.architecture, plan.parallel, plan.setup
+    assert arch is not None
+    tp, cp = parallel.tensor_parallel_size, parallel.context_parallel_size
+    seq = setup.sequence_length // cp
+    tokens = setup.micro_batch_size * seq
+    kv_heads = max(1, arch.kv_heads // tp)
+    return LayerShape(
+        batch=setup.micro_batch_size,
+        seq=seq,
+        kv_seq=seq,
+        heads=arch.num_attention_heads // tp,
+        kv_heads=kv_heads,
+        head_dim=arch.resolved_head_dim,
+        hidden=arch.hidden_size,
+        intermediate=arch.intermediate_size // tp,
+        stream_tokens=tokens // tp if parallel.sequence_parallel else tokens,
+        experts_per_token=arch.num_experts_per_tok if arch.is_moe else 0,
+        shared_intermediate=arch.shared_expert_intermediate_size // tp,
+    )
+
+
+def _kernels(plan: Plan, selective: bool) -> LayerKernels:
+    precision = plan.precision
+    quant = plan.finetuning.quantization
+    return LayerKernels(
+        device=plan.device,
+        autocast=precision.autocast,
+        weight_dtype=precision.compute_weight_dtype,
+        stream_dtype=precision.stream_dtype,
+        attention=attention_kernel(plan),
+        selective_recompute=selective,
+        adapter_dtype=plan.adapter_dtype,
+        lora_rank=plan.finetuning.lora.r if plan.lora else 0,
+        lora_dropout=plan.finetuning.lora.lora_dropout if plan.lora else 0.0,
+        quantized_compute_dtype=quant.compute_dtype if plan.quantized_base else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Traces:
+    """The replayed pieces one rank kind needs, for the first and the later micro-batches."""
+
+    layer: LayerTrace
+    first_layer: LayerTrace
+    no_grad_layer: Optional[LayerTrace]
+    embedding: Optional[EndTrace]
+    head: Optional[EndTrace]
+
+
+def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
+    arch = plan.architecture
+    assert arch is not None
+    checkpointing = plan.setup.activation_checkpointing
+    shape = _shape(plan)
+    kernels = _kernels(plan, selective=checkpointing == "selective")
+    trainability = Trainability(plan.module_trains, plan.has_adapter)
+    embedding_trains = plan.module_trains("wte" if arch.model_type == "gpt2" else "embed_tokens")
+    layer = _cached_layer(arch, shape, kernels, trainability, True, grads_exist)
+    first_input_grad = embedding_trains or checkpointing != "none" or not stage.has_embedding
+    first = layer if first_input_grad else _cached_layer(arch, shape, kernels, trainability, False, grads_exist)
+    no_grad = None
+    if checkpointing == "full":
+        frozen = Trainability(lambda module: False, lambda module: False)
+        no_grad = _cached_layer(arch, shape, replace(kernels, lora_rank=0), frozen, False, False)
+    # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
+    tied_grad_exists = arch.tie_word_embeddings and stage.has_head and embedding_trains
+    embedding = (trace_embedding(arch, shape, kernels, trainability, grads_exist or tied_grad_exists)
+                 if stage.has_embedding else None)
+    head = None
+    if stage.has_head:
+        vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
+        if plan.setup.loss == "chunked":
+            head = trace_chunked_loss_head(arch, shape, kernels, trainability, vocab, plan.setup.loss_chunks, grads_exist)
+        else:
+            head = trace_loss_head(arch, shape, kernels, trainability, vocab, grads_exist)
+    return _Traces(layer, first, no_grad, embedding, head)
+
+
+def _cached_layer(arch, shape, kernels, trainability, input_requires_grad, grads_exist) -> LayerTrace:
+    return _layer_cache(arch, shape, kernels, _TrainabilityKey.of(trainability, arch), input_requires_grad, grads_exist,
+                        trainability)
+
+
+@dataclass(frozen=True)
+class _TrainabilityKey:
+    """A hashable summary of a Trainability over the modules of one layer (for caching traces)."""
+
+    trains: tuple[bool, ...]
+    adapters: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, trainability: Trainability, arch) -> "_TrainabilityKey":
+        modules = _LAYER_MODULES
+        return cls(tuple(trainability.trains(m) for m in modules), tuple(trainability.has_adapter(m) for m in modules))
+
+
+_LAYER_MODULES = (
+    "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm",
+    "ln_1", "ln_2", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.qkv_proj",
+    "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm", "attn.c_attn", "attn.c_proj", "mlp.c_fc",
+    "mlp.c_proj", "mlp.fc1", "mlp.fc2", "mlp.gate_proj", "mlp.up_proj", "mlp.gate_up_proj", "mlp.down_proj",
+    "mlp.gate", "mlp.experts", "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
+    "mlp.shared_expert.down_proj", "mlp.shared_expert_gate", "norm", "ln_f", "embed_tokens", "wte", "wpe", "lm_head",
+)
+
+
+@lru_cache(maxsize=256)
+def _layer_cache(arch, shape, kernels, key, input_requires_grad, grads_exist, trainability) -> LayerTrace:
+    return trace_layer(arch, shape, kernels, trainability, input_requires_grad, grads_exist)
+
+
+# ---------------------------------------------------------------------------- model states
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Per-rank bytes of the model states, resolved from the plan."""
+
+    weights: int
+    weights_detail: str
+    adapters: int
+    gradients: int
+    gradients_per_layer: int
+    gradients_embedding: int
+    gradients_head: int
+    master_weights: int
+    optimizer_states: int
+    optimizer_detail: str
+    step_temporaries: int
+    step_detail: str
+    gathered_layer_weights: int
+    """Bytes of one layer's full weights in the compute dtype (what ZeRO-3/FSDP gather)."""
+    trainable_numel: int
+    offloaded_bytes: int
+
+
+def model_states(plan: Plan, stage: Stage) -> ModelStates:
+    precision, sharding, parallel = plan.precision, plan.sharding, plan.parallel
+    grad_bytes = DTYPE_BYTES[precision.gradient_dtype]
+    compute_bytes = DTYPE_BYTES[precision.compute_weight_dtype]
+    if plan.inventory is None:
+        return _count_only_states(plan)
+    slices = plan.slices(stage)
+    adapters = plan.adapter_slices(stage)
+    adapter_numel = sum(per_layer * layers for _, per_layer, layers in adapters)
+    weights = sum(plan.weight_bytes(s) for s in slices) // sharding.weights
+    adapter_bytes = adapter_numel * DTYPE_BYTES[plan.adapter_dtype] // sharding.weights
+    trainable = [s for s in slices if s.trainable]
+    trainable_numel = sum(s.total_numel for s in trainable) + adapter_numel
+    layers = max(1, stage.num_layers)
+    layer_trainable = sum(s.total_numel for s in trainable if s.layer_scope) + adapter_numel
+    gradients_per_layer = layer_trainable // layers * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes)
+    embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
+    head_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group != "embeddings")
+    tensors = [TrainableTensor(s.tensor.shape, s.count) for s in trainable]
+    tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_ in adapters]
+    state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
+    states = state_bytes(plan.optimizer, tensors, state_dtype) // sharding.optimizer
+    master = trainable_numel * 4 // sharding.optimizer if precision.master_weights and not plan.lora else 0
+    temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, tensors, state_dtype,
+                                   sharding.optimizer)
+    offloaded = 0
+    if parallel.offload_optimizer:
+        offloaded = states + master
+        states, master = 0, 0
+        temporaries = replace(temporaries, bytes=0, description="the optimizer steps on the CPU")
+    if parallel.offload_parameters:
+        offloaded += weights
+        weights = 0
+    gathered = sum(s.numel * compute_bytes for s in slices if s.layer_scope) + sum(
+        per_layer * DTYPE_BYTES[plan.adapter_dtype] for _, per_layer, _ in adapters
+    )
+    detail = f"{precision.stored_weight_dtype}"
+    if plan.quantized_base:
+        quant = plan.finetuning.quantization
+        detail = f"{quant.quant_type if quant.bits == 4 else 'int8'} base{' + double quantization' if quant.double_quant else ''}"
+    if sharding.weights > 1:
+        detail += f", sharded over {sharding.weights} ranks"
+    if parallel.tensor_parallel_size > 1:
+        detail += f", tensor parallel {parallel.tensor_parallel_size}"
+    opt_detail = f"{plan.optimizer.display_name}, {state_dtype} states"
+    if sharding.optimizer > 1:
+        opt_detail += f", sharded over {sharding.optimizer} ranks"
+    return ModelStates(
+        weights=weights,
+        weights_detail=detail,
+        adapters=adapter_bytes,
+        gradients=trainable_numel * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes) // sharding.gradients,
+        gradients_per_layer=gradients_per_layer // sharding.gradients,
+        gradients_embedding=embedding_numel * grad_bytes // sharding.gradients,
+        gradients_head=head_numel * grad_bytes // sharding.gradients,
+        master_weights=master,
+        optimizer_states=states,
+        optimizer_detail=opt_detail,
+        step_temporaries=temporaries.bytes,
+        step_detail=temporaries.description,
+        gathered_layer_weights=gathered // layers,
+        trainable_numel=trainable_numel,
+        offloaded_bytes=offloaded,
+    )
+
+
+def _count_only_states(plan: Plan) -> ModelStates:
+    """Model states from a bare parameter count (one tensor; activations unknown)."""
+    precision, sharding = plan.precision, plan.sharding
+    n = plan.num_parameters
+    tensors = [TrainableTensor((n,))]
+    states = state_bytes(plan.optimizer, tensors, precision.optimizer_state_dtype) // sharding.optimizer
+    master = n * 4 // sharding.optimizer if precision.master_weights else 0
+    offloaded = 0
+    if plan.parallel.offload_optimizer:
+        offloaded, states, master = states + master, 0, 0
+    weights = n * DTYPE_BYTES[precision.stored_weight_dtype] // sharding.weights
+    if plan.parallel.offload_parameters:
+        offloaded, weights = offloaded + weights, 0
+    return ModelStates(
+        weights=weights, weights_detail=precision.stored_weight_dtype, adapters=0,
+        gradients=n * DTYPE_BYTES[precision.gradient_dtype] // sharding.gradients,
+        gradients_per_layer=0, gradients_embedding=0, gradients_head=0,
+        master_weights=master, optimizer_states=states, optimizer_detail=plan.optimizer.display_name,
+        step_temporaries=0, step_detail="", gathered_layer_weights=0, trainable_numel=n, offloaded_bytes=offloaded,
+    )
+
+
+# ---------------------------------------------------------------------------- the step
+
+
+def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
+    """Simulate one optimizer step on a rank of ``stage`` and return its memory account."""
+    states = model_states(plan, stage)
+    account = MemoryAccount()
+    _resident_states(plan, states, account)
+    if plan.architecture is None:
+        _count_only_step(plan, states, account)
+    else:
+        accumulation = plan.setup.gradient_accumulation_steps
+        in_flight = stage.in_flight_micro_batches
+        first = _traces(plan, stage, grads_exist=False)
+        later = _traces(plan, stage, grads_exist=True) if accumulation > 1 else first
+        _micro_batch(plan, stage, states, first, account, micro_batch=1, in_flight=in_flight, grads_exist=False)
+        if accumulation > 1:
+            _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=True)
+        _optimizer_step(plan, states, account)
+    return RankSimulation(stage, account, states.offloaded_bytes, _stage_name(plan, stage))
+
+
+def _stage_name(plan: Plan, stage: Stage) -> str:
+    if plan.parallel.pipeline_parallel_size == 1:
+        return "every rank" if plan.parallel.num_gpus > 1 else "the GPU"
+    if stage.index == 0:
+        return "first pipeline stage"
+    if stage.has_head:
+        return "last pipeline stage"
+    return "middle pipeline stages"
+
+
+def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) -> None:
+    parallel = plan.parallel
+    account.set("parameters", "weights", states.weights, states.weights_detail)
+    account.set("parameters", "LoRA adapters", states.adapters, "fp32 adapters (PEFT upcasts them)")
+    account.set("optimizer_states", "master weights", states.master_weights, "fp32 copy of the trainable weights")
+    account.set("optimizer_states", "optimizer states", states.optimizer_states, states.optimizer_detail)
+    if plan.precision.recipe == "bf16-master-weights-fp32-grads":
+        account.set("gradients", "gradients", states.gradients, "fp32 gradient buffer (Megatron main_grad)")
+    if parallel.strategy == "ddp" and plan.data_parallel_size > 1:
+        account.set("overhead", "DDP gradient buckets", states.gradients,
+                    "DDP copies gradients into flat all-reduce buckets (gradient_as_bucket_view=False)")
+    if parallel.strategy == "zero" and parallel.zero_stage in (1, 2) and plan.data_parallel_size > 1:
+        bucket = min(ZERO_REDUCE_BUCKET_ELEMENTS, states.trainable_numel) * DTYPE_BYTES[plan.precision.gradient_dtype]
+        account.set("overhead", "ZeRO reduce bucket", bucket, "DeepSpeed contiguous gradient bucket (reduce_bucket_size 5e8)")
+    if parallel.strategy == "zero" and parallel.zero_stage == 3:
+        account.set("parameters", "persistent gathered parameters", _persistent_small_params(plan),
+                    "parameters under stage3_param_persistence_threshold stay gathered")
+    account.record("step start", "start", 1)
+
+
+def _persistent_small_params(plan: Plan) -> int:
+    if plan.inventory is None:
+        return 0
+    compute = DTYPE_BYTES[plan.precision.compute_weight_dtype]
+    small = sum(t.numel for t in plan.inventory.layer if t.numel < ZERO3_PERSISTENCE_THRESHOLD)
+    return small * plan.inventory.num_layers * compute
+
+
+def _gathered_weights(plan: Plan, states: ModelStates) -> tuple[int, str]:
+    """Weights ZeRO-3 / FSDP hold gathered while a layer computes: the layer and what is prefetched."""
+    parallel, layer = plan.parallel, states.gathered_layer_weights
+    if plan.sharding.weights == 1 and not (parallel.strategy == "fsdp" and plan.precision.recipe.startswith("fsdp")):
+        return 0, ""
+    if plan.sharding.weights == 1:
+        return layer, "FSDP keeps an unsharded low-precision copy of the layer"
+    if parallel.strategy == "fsdp":
+        return 2 * layer, "this layer and the prefetched next one (FSDP limit_all_gathers)"
+    prefetch = min(layer, ZERO3_PREFETCH_ELEMENTS * DTYPE_BYTES[plan.precision.compute_weight_dtype])
+    return layer + prefetch, "this layer and the prefetch bucket (stage3_prefetch_bucket_size 5e7)"
+
+
+def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces, account: MemoryAccount,
+                 micro_batch: int, in_flight: int, grads_exist: bool) -> None:
+    """Forward and backward of one micro-batch (``in_flight`` of them overlap on a pipeline stage).
+
+    Parts kept during the forward: "saved for backward" (what finished layers saved),
+    "hidden state" (the current layer's input) and "embedding output" (``inputs_embeds``,
+    referenced by the model's forward until it returns; it is also the first layer's input).
+    """
+    checkpointing = plan.setup.activation_checkpointing
+    accumulation = plan.setup.gradient_accumulation_steps
+    suffix = "" if accumulation == 1 else (" (micro-batch 1)" if micro_batch == 1 else f" (micro-batches 2–{accumulation})")
+    gathered, gathered_detail = _gathered_weights(plan, states)
+    stream = _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype]
+    recompute = checkpointing == "full"
+    saved_name = "saved for backward (checkpointed layer inputs)" if recompute else "saved for backward"
+    copies_name = "autocast weight copies"
+    copies_detail = f"{plan.precision.autocast} copies of the weights, saved for backward"
+
+    def kept_by(trace: LayerTrace) -> tuple[int, int]:
+        """(activation, weight-copy) bytes a layer keeps until its backward."""
+        if recompute:
+            return stream, 0  # the checkpoint keeps the layer's input only
+        return trace.saved_activation_bytes, trace.saved_weight_copy_bytes
+
+    if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
+        held = (in_flight - 1) * stage.num_layers * sum(kept_by(traces.layer))
+        account.set("activations", "earlier micro-batches in flight", held,
+                    f"{in_flight - 1} micro-batches waiting for their backward (1F1B schedule)")
+
+    # ---- forward
+    embedding = traces.embedding
+    if embedding is not None:
+        account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")
+        account.add("activations", saved_name, embedding.saved_activation_bytes)
+        account.record("embedding" + suffix, "forward", micro_batch)
+    else:
+        account.set("activations", "hidden state", stream, "the current layer's input")
+    for index in range(stage.num_layers):
+        trace = traces.first_layer if index == 0 else traces.layer
+        if gathered:
+            account.set("parameters", "gathered weights", gathered, gathered_detail)
+        working = traces.no_grad_layer.forward_peak_bytes if recompute else trace.forward_peak_bytes
+        account.record(f"layer {index} forward" + suffix, "forward", micro_batch,
+                       {("activations", "layer working memory"): working})
+        saved, copies = kept_by(trace)
+        input_kept = recompute or trace.input_saved
+        account.add("activations", saved_name, saved)
+        account.add("parameters", copies_name, copies, copies_detail)
+        if index == 0 and embedding is not None and input_kept:
+            account.add("activations", "embedding output", -stream)  # now counted among the saved tensors
+        account.set("activations", "hidden state", trace.output_bytes, "the current layer's input")
+    if gathered:
+        account.set("parameters", "gathered weights", 0)
+
+    # ---- loss, and the start of backward
+    head = traces.head
+    if head is not None:
+        account.record("loss" + suffix, "loss", micro_batch,
+                       {("activations", "logits and loss temporaries"):
+                        head.forward_peak_bytes - account.get("activations", "hidden state")})
+        account.set("activations", "hidden state", 0)
+        account.set("activations", "embedding output", 0)
+        account.add("activations", "saved by the loss head", head.saved_activation_bytes,
+                    "the final norm's tensors and the fp32 log-softmax of the logits")
+        account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
+        new_grads = 0 if grads_exist else head.parameter_grad_bytes
+        account.record("loss backward" + suffix, "backward", micro_batch,
+                       {("activations", "logits and loss temporaries"): head.backward_peak_bytes
+                        - head.saved_activation_bytes - head.saved_weight_copy_bytes - new_grads,
+                        ("gradients", "gradients"): new_grads})
+        account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
+        account.add("parameters", copies_name, -head.saved_weight_copy_bytes)
+        if not grads_exist:
+            account.add("gradients", "gradients", _stored(plan, states.gradients_head, head.parameter_grad_bytes))
+    else:  # a pipeline stage without the head receives its output gradient from the next stage
+        account.set("activations", "hidden state", 0)
+        account.set("activations", "embedding output", 0)
+    account.set("activations", "activation gradient", stream, "the gradient flowing back between layers")
+
+    # ---- backward through the layers
+    for index in reversed(range(stage.num_layers)):
+        trace = traces.first_layer if index == 0 else traces.layer
+        if gathered:
+            account.set("parameters", "gathered weights", gathered, gathered_detail)
+        saved, copies = kept_by(trace)
+        new_grads = 0 if grads_exist else trace.parameter_grad_bytes
+        if recompute:  # the layer's forward runs again, then its backward: its saved tensors exist again
+            peak = max(trace.forward_peak_bytes, trace.backward_peak_bytes - stream)
+            working = peak - saved - new_grads
+        else:
+            working = trace.backward_peak_bytes - saved - copies - stream - new_grads
+        reduce_scratch = trace.parameter_grad_bytes if plan.sharding.gradients > 1 else 0
+        account.record(f"layer {index} backward" + suffix, "backward", micro_batch,
+                       {("activations", "backward working memory"): working,
+                        ("gradients", "gradients"): new_grads,
+                        ("overhead", "reduce-scatter buffer"): reduce_scratch})
+        account.add("activations", saved_name, -saved)
+        account.add("parameters", copies_name, -copies)
+        if not grads_exist:
+            account.add("gradients", "gradients", _stored(plan, states.gradients_per_layer, trace.parameter_grad_bytes))
+    if gathered:
+        account.set("parameters", "gathered weights", 0)
+
+    if embedding is not None:
+        new_grads = 0 if grads_exist else embedding.parameter_grad_bytes
+        account.record("embedding backward" + suffix, "backward", micro_batch,
+                       {("activations", "backward working memory"): embedding.backward_peak_bytes
+                        - embedding.saved_activation_bytes - stream - new_grads,
+                        ("gradients", "gradients"): new_grads})
+        if not grads_exist:
+            account.add("gradients", "gradients", _stored(plan, states.gradients_embedding, embedding.parameter_grad_bytes))
+    account.set("activations", saved_name, 0)
+    account.set("activations", "activation gradient", 0)
+    account.set("activations", "earlier micro-batches in flight", 0)
+    account.set("parameters", copies_name, 0)
+
+
+def _stored(plan: Plan, stored: int, produced: int) -> int:
+    """Gradient bytes left after a layer: the stored (sharded, cast) form, or what backward produced."""
+    if plan.precision.recipe == "bf16-master-weights-fp32-grads":
+        return 0  # accumulated into the resident fp32 buffer
+    if plan.sharding.gradients > 1 or plan.lora:
+        return stored
+    return produced
+
+
+def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> None:
+    precision = plan.precision
+    extra = {("overhead", "optimizer step temporaries"): states.step_temporaries}
+    if precision.master_weights and precision.gradient_dtype != "fp32" and not plan.parallel.offload_optimizer:
+        # DeepSpeed stage 1/2 flattens this rank's gradient partition to fp32 for the update.
+        extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
+    account.details[("overhead", "optimizer step temporaries")] = states.step_detail
+    account.record("optimizer step", "optimizer", 1, extra)
+    if plan.precision.recipe != "bf16-master-weights-fp32-grads":
+        account.set("gradients", "gradients", 0)
+    account.record("zero_grad", "zero_grad", 1)
+
+
+def _count_only_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> None:
+    """Without an architecture: gradients appear in backward, then the optimizer steps."""
+    account.set("gradients", "gradients", states.gradients)
+    account.record("backward (gradients)", "backward", 1)
+    _optimizer_step(plan, states, account)
