@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Assemble the static web calculator in ``_site/``, and optionally serve it.
+
+    python build_site.py            # build _site/
+    python build_site.py --serve    # build, then serve on http://127.0.0.1:8000 (PORT or --port)
+    python build_site.py --serve --no-build
+
+From a clean checkout, touching the network only through the package registries:
+  1. ``npm ci`` in web/ (Pyodide, Chart.js and its annotation plugin, linkedom for the pre-render)
+     when web/node_modules is missing or older than web/package-lock.json;
+  2. builds the trainmem wheel from this checkout;
+  3. downloads the wheels Pyodide loads, pinned with hashes in web/pyodide-requirements.txt,
+     with pip (cached in .cache/pyodide-wheels/);
+  4. copies Pyodide's core files and the charting library out of web/node_modules;
+  5. adds Python 3.14 bytecode to those wheels with Pyodide's interpreter under Node
+     (web/tools/precompile.mjs), so the browser does not compile pydantic on every visit;
+  6. computes the default setup's report with CPython (the same web/py/trainmem_web.py the
+     browser runs) and renders it into the HTML (web/tools/prerender.mjs), so the first paint
+     shows a real result before Pyodide has loaded;
+  7. writes manifest.json: the sha256 and size of every file of the site.
+Nothing on the page is loaded from a CDN: everything it fetches is a file of _site/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+WEB = ROOT / "web"
+NODE_MODULES = WEB / "node_modules"
+CACHE = ROOT / ".cache" / "pyodide-wheels"
+
+# The setup the page opens with (and pre-renders): a common full fine-tune on one node.
+DEFAULT_SETUP = {
+    "model": {"preset": "llama-3.1-8b"},
+    "micro_batch_size": 1,
+    "sequence_length": 4096,
+    "activation_checkpointing": "full",
+    "parallelism": {"num_gpus": 8, "strategy": "zero", "zero_stage": 2},
+    "gpu": "h100-sxm-80gb",
+}
+
+# Pyodide's core: the files loadPyodide() fetches (no packages from its CDN index are used).
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
+PYODIDE_PLATFORM = ("--platform", "pyemscripten_2026_0_wasm32", "--python-version", "3.14", "--implementation", "cp", "--abi", "cp314")
+VENDOR_FILES = {
+    "chart.umd.min.js": "chart.js/dist/chart.umd.min.js",
+    "chartjs-plugin-annotation.min.js": "chartjs-plugin-annotation/dist/chartjs-plugin-annotation.min.js",
+}
+STATIC = ("index.html", "embed.html", "favicon.svg", "css", "js", "py")
+
+# Only this site's own origin; Pyodide's WebAssembly needs 'wasm-unsafe-eval' to compile.
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self' 'wasm-unsafe-eval'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "worker-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'none'",
+    ]
+)
+
+
+def log(message: str) -> None:
+    print(f"build_site: {message}", flush=True)
+
+
+def run(command: list[str], cwd: Path = ROOT) -> None:
+    subprocess.run(command, cwd=cwd, check=True)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def ensure_node_modules() -> None:
+    """`npm ci` when node_modules is missing or older than the lockfile."""
+    marker = NODE_MODULES / ".package-lock.json"
+    lock = WEB / "package-lock.json"
+    if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime:
+        return
+    log("npm ci (web/)")
+    run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=WEB)
+
+
+def build_trainmem_wheel(destination: Path) -> Path:
+    """The trainmem wheel from this checkout (no build isolation when setuptools is at hand)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        command = [sys.executable, "-m", "build", "--wheel", "--outdir", scratch]
+        try:
+            import setuptools  # noqa: F401
+
+            command += ["--no-isolation", "--skip-dependency-check"]
+        except ImportError:
+            pass
+        built = subprocess.run(command + [str(ROOT)], cwd=ROOT, capture_output=True, text=True)
+        if built.returncode:
+            sys.stderr.write(built.stdout + built.stderr)
+            raise SystemExit("build_site: building the trainmem wheel failed")
+        (wheel,) = Path(scratch).glob("trainmem-*.whl")
+        return Path(shutil.copy2(wheel, destination))
+
+
+def pinned_hashes() -> set[str]:
+    hashes = set()
+    for line in (WEB / "pyodide-requirements.txt").read_text().splitlines():
+        hashes.update(part.split(":", 1)[1] for part in line.split() if part.startswith("--hash=sha256:"))
+    return hashes
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pyodide_wheels() -> list[Path]:
+    """The pinned wheels for Pyodide, from the cache or downloaded with pip (hash-checked)."""
+    wanted = pinned_hashes()
+    cached = {sha256(path): path for path in CACHE.glob("*.whl")} if CACHE.exists() else {}
+    if not wanted <= cached.keys():
+        log("pip download (pinned Pyodide wheels)")
+        CACHE.mkdir(parents=True, exist_ok=True)
+        run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+             "--only-binary=:all:", *PYODIDE_PLATFORM, "--require-hashes",
+             "-r", str(WEB / "pyodide-requirements.txt"), "-d", str(CACHE)]
+        )
+        cached = {sha256(path): path for path in CACHE.glob("*.whl")}
+    missing = wanted - cached.keys()
+    if missing:
+        raise SystemExit(f"build_site: wheels with these hashes are missing after download: {sorted(missing)}")
+    return sorted(cached[digest] for digest in wanted)
+
+
+# --------------------------------------------------------------------------- page data
+
+
+def page_data(wheels: list[str], python_modules: list[str]) -> dict:
+    """Computed with CPython from this checkout: catalogs, schema, defaults, the default report."""
+    sys.path[:0] = [str(ROOT / "core"), str(WEB / "py")]
+    import trainmem_web  # noqa: E402 (web/py: the same module the browser runs)
+    from trainmem.setup import Setup
+
+    data = trainmem_web.page_data(DEFAULT_SETUP)
+    default_model = DEFAULT_SETUP["model"]
+    data["core_defaults"] = Setup.model_validate({"model": default_model}).model_dump(mode="json")
+    data["wheels"] = wheels
+    data["python_modules"] = python_modules
+    return data
+
+
+def script_json(value: object) -> str:
+    """JSON safe inside <script type="application/json">: "<" is escaped, so no tag can close it."""
+    return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
+
+
+# --------------------------------------------------------------------------- build
+
+
+def copy_tree_files(source: Path, destination: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, destination, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    else:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, destination)
+
+
+def write_manifest(site: Path, data: dict) -> dict:
+    files = {}
+    for path in sorted(p for p in site.rglob("*") if p.is_file()):
+        relative = path.relative_to(site).as_posix()
+        if relative == "manifest.json":
+            continue
+        files[relative] = {"sha256": sha256(path), "bytes": path.stat().st_size}
+    manifest = {
+        "trainmem_version": data["trainmem_version"],
+        "pyodide": json.loads((NODE_MODULES / "pyodide" / "package.json").read_text())["version"],
+        "total_bytes": sum(entry["bytes"] for entry in files.values()),
+        "files": files,
+    }
+    (site / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def build(site: Path) -> dict:
+    ensure_node_modules()
+    staging = site.with_name(site.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+
+    for name in STATIC:
+        copy_tree_files(WEB / name, staging / name)
+    (staging / "pyodide").mkdir()
+    for name in PYODIDE_FILES:
+        shutil.copy2(NODE_MODULES / "pyodide" / name, staging / "pyodide" / name)
+    (staging / "vendor").mkdir()
+    for name, source in VENDOR_FILES.items():
+        shutil.copy2(NODE_MODULES / source, staging / "vendor" / name)
+    # A favicon.ico, so that no browser asks for one that is not there.
+    shutil.copy2(WEB / "favicon.svg", staging / "favicon.ico")
+
+    wheels_dir = staging / "wheels"
+    wheels_dir.mkdir()
+    log("building the trainmem wheel")
+    wheels = [build_trainmem_wheel(wheels_dir).name]
+    for wheel in pyodide_wheels():
+        wheels.append(Path(shutil.copy2(wheel, wheels_dir / wheel.name)).name)
+    log("adding Python 3.14 bytecode to the wheels (Pyodide under Node)")
+    run(["node", str(WEB / "tools" / "precompile.mjs"), str(wheels_dir)])
+    python_modules = sorted(f"py/{p.name}" for p in (staging / "py").glob("*.py"))
+
+    log("computing the default setup with CPython")
+    data = page_data(sorted(wheels), python_modules)
+    for page in ("index.html", "embed.html"):
+        path = staging / page
+        html = path.read_text(encoding="utf-8")
+        html = html.replace("@CSP@", CONTENT_SECURITY_POLICY).replace("@VERSION@", data["trainmem_version"])
+        html = html.replace("@APP_DATA@", script_json(data))
+        path.write_text(html, encoding="utf-8")
+    log("pre-rendering the default result into the HTML")
+    run(["node", str(WEB / "tools" / "prerender.mjs"), str(staging)])
+
+    manifest = write_manifest(staging, data)
+    shutil.rmtree(site, ignore_errors=True)
+    staging.rename(site)
+    log(f"{site.relative_to(ROOT) if site.is_relative_to(ROOT) else site}: {len(manifest['files'])} files, "
+        f"{manifest['total_bytes'] / 2**20:.1f} MiB")
+    return manifest
+
+
+# --------------------------------------------------------------------------- serve
+
+
+class SiteHandler(http.server.SimpleHTTPRequestHandler):
+    """Static files with the types Pyodide needs (.mjs as JavaScript, .wasm streaming-compiled)."""
+
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".js": "text/javascript",
+        ".mjs": "text/javascript",
+        ".wasm": "application/wasm",
+        ".json": "application/json",
+        ".svg": "image/svg+xml",
+        ".whl": "application/zip",
+        ".zip": "application/zip",
+        ".ico": "image/svg+xml",
+    }
+
+    def end_headers(self) -> None:
+        # Revalidate every time (cheap 304s), so a rebuilt site is never stale in a browser.
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
+        if os.environ.get("BUILD_SITE_LOG"):
+            super().log_message(format, *args)
+
+
+def serve(site: Path, port: int) -> None:
+    handler = partial(SiteHandler, directory=str(site))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        log(f"serving {site} on http://127.0.0.1:{server.server_address[1]}/ (Ctrl+C to stop)")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "_site", help="output folder (default: _site)")
+    parser.add_argument("--serve", action="store_true", help="serve the site on 127.0.0.1 after building it")
+    parser.add_argument("--no-build", action="store_true", help="serve the existing site without rebuilding")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    args = parser.parse_args(argv)
+    site = args.out.resolve()
+    if not args.no_build:
+        build(site)
+    if args.serve:
+        serve(site, args.port)
+
+
+if __name__ == "__main__":
+    main()

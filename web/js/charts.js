@@ -1,0 +1,247 @@
+// Charts with Chart.js and chartjs-plugin-annotation (self-hosted UMD builds: window.Chart).
+// Colours come from the stylesheet's custom properties, so light and dark mode follow the system.
+
+import { CATEGORIES, CATEGORY_LABELS, PHASE_LABELS, formatBytes, toGiB } from "./format.js";
+
+const charts = new Map(); // canvas -> Chart
+
+function palette() {
+  const style = getComputedStyle(document.documentElement);
+  const read = (name) => style.getPropertyValue(name).trim();
+  return {
+    categories: Object.fromEntries(CATEGORIES.map((c) => [c, read(`--c-${c}`)])),
+    text: read("--fg"),
+    muted: read("--muted"),
+    grid: read("--grid"),
+    danger: read("--danger"),
+    warn: read("--warn"),
+    band: read("--band"),
+    surface: read("--surface"),
+  };
+}
+
+export function chartsAvailable() {
+  return typeof window !== "undefined" && typeof window.Chart === "function";
+}
+
+function gib(value) {
+  return `${value.toFixed(value >= 100 ? 0 : 1)} GiB`;
+}
+
+function baseOptions(colors) {
+  return {
+    responsive: true,
+    maintainAspectRatio: false,
+    animation: { duration: 200 },
+    color: colors.text,
+    font: { family: "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif" },
+    plugins: {
+      legend: { labels: { color: colors.text, boxWidth: 12, boxHeight: 12 } },
+      tooltip: {
+        callbacks: {
+          label: (item) => `${item.dataset.label}: ${formatBytes(item.raw * 2 ** 30)}`,
+        },
+      },
+    },
+  };
+}
+
+function upsert(canvas, config) {
+  const existing = charts.get(canvas);
+  if (existing && existing.config.type === config.type) {
+    existing.data = config.data;
+    existing.options = config.options;
+    existing.update();
+    return existing;
+  }
+  if (existing) existing.destroy();
+  const chart = new window.Chart(canvas, config);
+  charts.set(canvas, chart);
+  return chart;
+}
+
+/** One stacked horizontal bar: the peak by category, against the GPU's capacity and headroom. */
+export function drawCapacity(canvas, summary) {
+  if (!chartsAvailable()) return;
+  const colors = palette();
+  const fit = summary.fit;
+  const capacity = toGiB(fit.capacity_bytes);
+  const usable = toGiB(fit.usable_bytes);
+  const peak = toGiB(summary.peak_total_bytes);
+  const options = baseOptions(colors);
+  Object.assign(options, {
+    indexAxis: "y",
+    scales: {
+      x: {
+        stacked: true,
+        min: 0,
+        max: Math.max(capacity, peak) * 1.04,
+        ticks: { color: colors.muted, callback: (value) => gib(Number(value)) },
+        grid: { color: colors.grid },
+      },
+      y: { stacked: true, ticks: { display: false }, grid: { display: false } },
+    },
+  });
+  options.plugins.legend.position = "bottom";
+  options.plugins.annotation = {
+    annotations: {
+      usable: {
+        type: "line",
+        xMin: usable,
+        xMax: usable,
+        borderColor: colors.warn,
+        borderWidth: 2,
+        borderDash: [6, 4],
+        label: {
+          display: true,
+          content: `usable ${gib(usable)} (${Math.round(fit.headroom_fraction * 100)} % headroom)`,
+          position: "start",
+          backgroundColor: colors.surface,
+          color: colors.text,
+          font: { size: 11 },
+        },
+      },
+      capacity: {
+        type: "line",
+        xMin: capacity,
+        xMax: capacity,
+        borderColor: fit.status === "does_not_fit" ? colors.danger : colors.muted,
+        borderWidth: 2,
+        label: {
+          display: true,
+          content: `${fit.gpu_display_name}: ${gib(capacity)}`,
+          position: "end",
+          backgroundColor: colors.surface,
+          color: colors.text,
+          font: { size: 11 },
+        },
+      },
+    },
+  };
+  upsert(canvas, {
+    type: "bar",
+    data: {
+      labels: ["Peak per GPU"],
+      datasets: CATEGORIES.map((category) => ({
+        label: CATEGORY_LABELS[category],
+        data: [toGiB(summary.breakdown[category])],
+        backgroundColor: colors.categories[category],
+        borderWidth: 0,
+        barPercentage: 0.9,
+        categoryPercentage: 0.9,
+      })),
+    },
+    options,
+  });
+}
+
+/** Memory over the step, stacked by category, phases shaded, the peak and the usable line marked. */
+export function drawTimeline(canvas, report) {
+  if (!chartsAvailable()) return;
+  const colors = palette();
+  const timeline = report.ranks[report.heaviest_rank].timeline;
+  const count = timeline.labels.length;
+  const labels = timeline.labels.map((label, i) => (timeline.micro_batches[i] > 1 ? `${label} (later micro-batch)` : label));
+  const annotations = {};
+  // Shade each run of one phase, and name it once.
+  let start = 0;
+  for (let i = 1; i <= count; i += 1) {
+    if (i === count || timeline.phases[i] !== timeline.phases[start] || timeline.micro_batches[i] !== timeline.micro_batches[start]) {
+      const phase = timeline.phases[start];
+      if (phase === "forward" || phase === "backward" || phase === "optimizer") {
+        annotations[`phase${start}`] = {
+          type: "box",
+          xMin: start - 0.5,
+          xMax: i - 0.5,
+          backgroundColor: phase === "backward" ? colors.band : "transparent",
+          borderWidth: 0,
+          drawTime: "beforeDatasetsDraw",
+          label: {
+            display: i - start > 2 || phase === "optimizer",
+            content: PHASE_LABELS[phase],
+            position: { x: phase === "optimizer" ? "end" : "center", y: "start" },
+            color: colors.muted,
+            font: { size: 11, weight: "normal" },
+          },
+        };
+      }
+      start = i;
+    }
+  }
+  const peakTotal = CATEGORIES.reduce((sum, c) => sum + timeline[c][timeline.peak_index], 0);
+  annotations.peak = {
+    type: "line",
+    xMin: timeline.peak_index,
+    xMax: timeline.peak_index,
+    borderColor: colors.danger,
+    borderWidth: 2,
+    label: {
+      display: true,
+      content: `peak ${formatBytes(peakTotal)}`,
+      position: "end",
+      backgroundColor: colors.danger,
+      color: "#fff",
+      font: { size: 11 },
+    },
+  };
+  annotations.usable = {
+    type: "line",
+    yMin: toGiB(report.fit.usable_bytes),
+    yMax: toGiB(report.fit.usable_bytes),
+    borderColor: colors.warn,
+    borderWidth: 1.5,
+    borderDash: [6, 4],
+    label: {
+      display: true,
+      content: `usable on ${report.fit.gpu_display_name}`,
+      position: "start",
+      backgroundColor: colors.surface,
+      color: colors.text,
+      font: { size: 11 },
+    },
+  };
+  const options = baseOptions(colors);
+  Object.assign(options, {
+    interaction: { mode: "index", intersect: false },
+    elements: { point: { radius: 0, hitRadius: 4 }, line: { borderWidth: 1, tension: 0 } },
+    scales: {
+      x: {
+        ticks: { display: false }, // the shaded phases are named above the plot; the tooltip names each event
+        grid: { display: false },
+      },
+      y: {
+        stacked: true,
+        min: 0,
+        suggestedMax: toGiB(report.fit.usable_bytes) * 1.05,
+        ticks: { color: colors.muted, callback: (value) => gib(Number(value)) },
+        grid: { color: colors.grid },
+        title: { display: true, text: "allocated memory", color: colors.muted },
+      },
+    },
+  });
+  options.plugins.legend.position = "bottom";
+  options.plugins.annotation = { annotations };
+  options.plugins.tooltip.callbacks.footer = (items) =>
+    `total ${formatBytes(items.reduce((sum, item) => sum + item.raw * 2 ** 30, 0))}`;
+  upsert(canvas, {
+    type: "line",
+    data: {
+      labels,
+      datasets: CATEGORIES.map((category, index) => ({
+        label: CATEGORY_LABELS[category],
+        data: timeline[category].map(toGiB),
+        borderColor: colors.categories[category],
+        backgroundColor: colors.categories[category],
+        fill: index === 0 ? "origin" : "-1",
+        stack: "memory",
+      })),
+    },
+    options,
+  });
+}
+
+/** Redraw every chart when the system switches between light and dark. */
+export function followColorScheme(redraw) {
+  if (typeof window === "undefined" || !window.matchMedia) return;
+  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", redraw);
+}

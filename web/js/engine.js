@@ -1,0 +1,89 @@
+// The page's handle on the Python engine: Pyodide running trainmem in a module Web Worker.
+//
+// compute() always answers the latest request: while one runs, newer requests replace the
+// queued one, and the replaced promises resolve to {superseded: true}.
+
+export class Engine {
+  constructor({ workerUrl, wheels, modules, onProgress }) {
+    this.workerUrl = workerUrl;
+    this.wheels = wheels;
+    this.modules = modules;
+    this.onProgress = onProgress || (() => {});
+    this.worker = null;
+    this.ready = null;
+    this.nextId = 1;
+    this.pending = new Map(); // id -> {resolve, reject}
+    this.running = false;
+    this.queued = null; // {setupJson, resolve}
+  }
+
+  /** Start loading Pyodide (idempotent); resolves when trainmem is imported. */
+  start() {
+    if (this.ready) return this.ready;
+    this.worker = new Worker(this.workerUrl, { type: "module" });
+    this.worker.addEventListener("message", (event) => this.receive(event.data));
+    this.worker.addEventListener("error", (event) => {
+      for (const { reject } of this.pending.values()) reject(new Error(event.message || "the engine failed"));
+      this.pending.clear();
+    });
+    this.ready = this.call("boot", { wheels: this.wheels, modules: this.modules });
+    return this.ready;
+  }
+
+  get started() {
+    return this.ready !== null;
+  }
+
+  call(type, payload) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ id, type, ...payload });
+    });
+  }
+
+  receive(message) {
+    if (message.type === "progress") {
+      this.onProgress(message);
+      return;
+    }
+    const waiter = this.pending.get(message.id);
+    if (!waiter) return;
+    this.pending.delete(message.id);
+    if (message.error) waiter.reject(new Error(message.error));
+    else waiter.resolve(message.result);
+  }
+
+  /** Estimate a setup (an object); resolves to {ok, report | errors} or {superseded: true}. */
+  async compute(setup) {
+    await this.start();
+    const setupJson = JSON.stringify(setup);
+    return new Promise((resolve) => {
+      if (this.queued) this.queued.resolve({ superseded: true });
+      this.queued = { setupJson, resolve };
+      this.drain();
+    });
+  }
+
+  async drain() {
+    if (this.running || !this.queued) return;
+    const { setupJson, resolve } = this.queued;
+    this.queued = null;
+    this.running = true;
+    try {
+      resolve(JSON.parse(await this.call("compute", { setupJson })));
+    } catch (error) {
+      resolve({ ok: false, errors: [{ path: "", message: `internal error: ${error.message}` }] });
+    } finally {
+      this.running = false;
+      this.drain();
+    }
+  }
+
+  /** The Architecture the core reads from a model spec, or null. */
+  async architecture(model) {
+    await this.start();
+    const answer = JSON.parse(await this.call("architecture", { modelJson: JSON.stringify(model) }));
+    return answer.ok ? answer.architecture : null;
+  }
+}

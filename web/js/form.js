@@ -1,0 +1,541 @@
+// The setup form, generated from the JSON Schema of trainmem.setup.Setup plus hints.js.
+//
+// Every input carries data-testid="input-<dotted path>". The form reads and writes a *full*
+// setup object; it validates nothing itself: the core's messages are shown next to fields.
+
+import { COUPLINGS, GROUPS, hintFor, isAdvanced, labelFor } from "./hints.js";
+import { branches, clone, getPath, isAtomic, isFreeForm, isPlainObject, resolve, schemaAt, setPath } from "./setup.js";
+
+const MODEL_MODES = {
+  hf_config: "Your config.json…",
+  architecture: "Architecture, field by field…",
+  num_parameters: "Parameter count only…",
+};
+
+function el(doc, tag, attributes = {}, children = []) {
+  const node = doc.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === "text") node.textContent = value;
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function idFor(path) {
+  return `f-${path.replaceAll(".", "-")}`;
+}
+
+/** The kind of input a leaf schema gets. */
+function leafKind(schema, root) {
+  const options = branches(schema, root);
+  const nonNull = options.filter((branch) => branch.type !== "null");
+  const nullable = options.length > nonNull.length;
+  const main = nonNull.length === 1 ? nonNull[0] : schema;
+  if (main.enum) return { kind: "select", values: main.enum, nullable };
+  if (main.type === "boolean") return { kind: "checkbox", nullable };
+  if (main.type === "integer" || main.type === "number") return { kind: "number", integer: main.type === "integer", nullable, schema: main };
+  const isList = (s) => s.type === "array" && (!s.items || s.items.type === "string");
+  const constant = nonNull.find((branch) => branch.const !== undefined);
+  if (isList(main) || (nonNull.some(isList) && nonNull.every((b) => isList(b) || b.const !== undefined))) {
+    return { kind: "list", constant: constant ? constant.const : undefined, nullable };
+  }
+  if (main.type === "string") return { kind: "text", nullable };
+  return { kind: "json", nullable };
+}
+
+export class SetupForm {
+  /**
+   * @param {HTMLElement} container  where the form goes
+   * @param {object} options  {schema, catalogs, defaults, onChange(setup, path), requestArchitecture(model)}
+   */
+  constructor(container, options) {
+    this.container = container;
+    this.doc = container.ownerDocument;
+    this.schema = options.schema;
+    this.catalogs = options.catalogs;
+    this.onChange = options.onChange || (() => {});
+    this.requestArchitecture = options.requestArchitecture || (async () => null);
+    this.fields = new Map(); // path -> {row, read(), write(value), error}
+    this.conditional = []; // [{node, showIf}]
+    this.setup = clone(options.defaults);
+    this.lastReport = null;
+  }
+
+  // ------------------------------------------------------------------ building
+
+  build() {
+    const doc = this.doc;
+    const root = this.schema;
+    const covered = new Set();
+    this.formError = el(doc, "p", { class: "form-error", role: "alert", "data-testid": "form-error", hidden: true });
+    this.container.append(this.formError);
+    const groups = [...GROUPS];
+    const extra = Object.keys(root.properties).filter((key) => !groups.some((g) => g.fields.includes(key)));
+    if (extra.length) groups.push({ id: "other", title: "Other", fields: extra });
+    for (const group of groups) {
+      const simple = el(doc, "div", { class: "fields" });
+      const advanced = el(doc, "div", { class: "fields" });
+      for (const path of group.fields) {
+        if (!root.properties[path]) continue;
+        covered.add(path);
+        this.addField(path, schemaAt(root, path), simple, advanced);
+      }
+      const fieldset = el(doc, "fieldset", { class: "group", "data-group": group.id }, [el(doc, "legend", { text: group.title })]);
+      if (simple.childElementCount) fieldset.append(simple);
+      if (advanced.childElementCount) {
+        const details = el(doc, "details", { class: "advanced" }, [el(doc, "summary", { text: "More options" }), advanced]);
+        fieldset.append(details);
+      }
+      if (simple.childElementCount || advanced.childElementCount) this.container.append(fieldset);
+    }
+    this.container.addEventListener("input", (event) => this.handleInput(event));
+    this.container.addEventListener("change", (event) => this.handleInput(event));
+    this.updateVisibility();
+  }
+
+  addField(path, schema, simple, advanced) {
+    const hint = hintFor(path);
+    if (hint.widget === "model") return this.addModel(path, simple);
+    if (hint.widget === "gpu") return this.addGpu(path, isAdvanced(path) ? advanced : simple, advanced);
+    if (schema.properties && !isAtomic(schema, this.schema) && !isFreeForm(schema)) {
+      const simpleBox = el(this.doc, "div", { class: "subfields", "data-field": path });
+      const advancedBox = el(this.doc, "div", { class: "subfields", "data-field": path });
+      for (const key of Object.keys(schema.properties)) {
+        const child = `${path}.${key}`;
+        this.addField(child, schemaAt(this.schema, child), simpleBox, advancedBox);
+      }
+      if (hint.showIf) {
+        this.conditional.push({ node: simpleBox, showIf: hint.showIf }, { node: advancedBox, showIf: hint.showIf });
+      }
+      if (simpleBox.childElementCount) simple.append(simpleBox);
+      if (advancedBox.childElementCount) advanced.append(advancedBox);
+      return;
+    }
+    const row = this.leaf(path, schema);
+    (isAdvanced(path) ? advanced : simple).append(row);
+  }
+
+  /** A labelled row with one input for a leaf field. */
+  leaf(path, schema, { catalog } = {}) {
+    const doc = this.doc;
+    const hint = hintFor(path);
+    const id = idFor(path);
+    const spec = leafKind(schema, this.schema);
+    const catalogName = catalog || (hint.widget || "").replace(/^catalog:/, "");
+    let input;
+    let read;
+    let write;
+    if (catalogName && this.catalogs[catalogName]) {
+      spec.kind = "select";
+      spec.values = this.catalogs[catalogName].map((item) => item.name);
+      spec.labels = Object.fromEntries(this.catalogs[catalogName].map((item) => [item.name, item.display_name]));
+    }
+    const testid = `input-${path}`;
+    if (spec.kind === "select") {
+      input = el(doc, "select", { id, name: path, "data-testid": testid });
+      const values = spec.nullable ? [null, ...spec.values] : [...spec.values];
+      values.forEach((value, index) => {
+        const label = spec.labels?.[value] ?? hint.options?.[String(value)] ?? (value === null ? "Default" : String(value));
+        input.append(el(doc, "option", { value: String(index), text: label }));
+      });
+      read = () => values[Number(input.value)];
+      write = (value) => {
+        const index = values.findIndex((candidate) => candidate === value);
+        input.value = String(index < 0 ? 0 : index);
+      };
+    } else if (spec.kind === "checkbox") {
+      input = el(doc, "input", { id, name: path, type: "checkbox", "data-testid": testid });
+      read = () => input.checked;
+      write = (value) => {
+        input.checked = Boolean(value);
+      };
+    } else if (spec.kind === "number") {
+      const s = spec.schema;
+      input = el(doc, "input", {
+        id,
+        name: path,
+        type: "number",
+        inputmode: spec.integer ? "numeric" : "decimal",
+        step: spec.integer ? "1" : "any",
+        min: s.minimum ?? (s.exclusiveMinimum !== undefined ? (spec.integer ? s.exclusiveMinimum + 1 : undefined) : undefined),
+        placeholder: spec.nullable ? "default" : undefined,
+        "data-testid": testid,
+      });
+      read = () => {
+        if (input.value === "") return spec.nullable ? null : input.validity.badInput ? "not a number" : "";
+        return Number(input.value);
+      };
+      write = (value) => {
+        input.value = value === null || value === undefined ? "" : String(value);
+      };
+    } else if (spec.kind === "list") {
+      input = el(doc, "input", {
+        id,
+        name: path,
+        type: "text",
+        autocomplete: "off",
+        spellcheck: "false",
+        placeholder: spec.constant ? `comma-separated, or ${spec.constant}` : "comma-separated",
+        "data-testid": testid,
+      });
+      read = () => {
+        const text = input.value.trim();
+        if (spec.constant !== undefined && text === spec.constant) return spec.constant;
+        return text ? text.split(",").map((item) => item.trim()).filter(Boolean) : [];
+      };
+      write = (value) => {
+        input.value = Array.isArray(value) ? value.join(", ") : value ?? "";
+      };
+    } else if (spec.kind === "text") {
+      input = el(doc, "input", { id, name: path, type: "text", autocomplete: "off", "data-testid": testid });
+      read = () => (input.value === "" && spec.nullable ? null : input.value);
+      write = (value) => {
+        input.value = value ?? "";
+      };
+    } else {
+      input = el(doc, "textarea", { id, name: path, rows: "4", spellcheck: "false", "data-testid": testid });
+      read = () => parseJsonInput(input.value);
+      write = (value) => {
+        input.value = value === undefined ? "" : JSON.stringify(value, null, 2);
+      };
+    }
+    const row = this.row(path, labelFor(path, schema), input, schema.description, hint);
+    this.fields.set(path, { row, input, read, write, error: row.querySelector(".error") });
+    if (hint.showIf) this.conditional.push({ node: row, showIf: hint.showIf });
+    return row;
+  }
+
+  row(path, label, input, description, hint = {}) {
+    const doc = this.doc;
+    const id = input.id;
+    const error = el(doc, "p", { class: "error", id: `${id}-error`, "data-testid": `error-${path}`, hidden: true });
+    const describedBy = [`${id}-error`];
+    const help = description ? el(doc, "p", { class: "help", id: `${id}-help`, text: description }) : null;
+    if (help) describedBy.push(`${id}-help`);
+    input.setAttribute("aria-describedby", describedBy.join(" "));
+    const control = el(doc, "div", { class: "control" }, [input]);
+    if (hint.suffix) control.append(el(doc, "span", { class: "suffix", text: hint.suffix }));
+    const isCheckbox = input.type === "checkbox";
+    const labelNode = el(doc, "label", { for: id, text: label });
+    const row = el(doc, "div", { class: isCheckbox ? "field checkbox" : "field", "data-field": path }, isCheckbox ? [control, labelNode] : [labelNode, control]);
+    if (isCheckbox) control.append(labelNode);
+    if (help) row.append(help);
+    row.append(error);
+    return row;
+  }
+
+  // ------------------------------------------------------------------ the model
+
+  addModel(path, parent) {
+    const doc = this.doc;
+    const select = el(doc, "select", { id: idFor("model.preset"), name: "model.preset", "data-testid": "input-model.preset" });
+    const byOrg = new Map();
+    for (const preset of this.catalogs.presets) {
+      const org = preset.hf_id.split("/")[0];
+      if (!byOrg.has(org)) byOrg.set(org, []);
+      byOrg.get(org).push(preset);
+    }
+    for (const [org, list] of byOrg) {
+      const group = el(doc, "optgroup", { label: org });
+      for (const preset of list) group.append(el(doc, "option", { value: preset.name, text: preset.display_name }));
+      select.append(group);
+    }
+    const own = el(doc, "optgroup", { label: "Your own model" });
+    for (const [mode, label] of Object.entries(MODEL_MODES)) own.append(el(doc, "option", { value: `@${mode}`, text: label }));
+    select.append(own);
+    const row = this.row("model", "Model", select, "A published model, a Hugging Face config.json, or an architecture.");
+    row.querySelector("label").setAttribute("for", select.id);
+
+    // config.json: paste into the text area, drop a file anywhere on the form, or pick one.
+    const textarea = el(doc, "textarea", {
+      id: idFor("model.hf_config"),
+      name: "model.hf_config",
+      rows: "8",
+      spellcheck: "false",
+      placeholder: '{"model_type": "llama", "hidden_size": 4096, ...}',
+      "data-testid": "input-model.hf_config",
+    });
+    const fileInput = el(doc, "input", { type: "file", accept: ".json,application/json", class: "visually-hidden", id: "config-file", tabindex: "-1" });
+    const pick = el(doc, "button", { type: "button", class: "link-button", text: "choose a file" });
+    pick.addEventListener("click", () => fileInput.click());
+    fileInput.addEventListener("change", () => fileInput.files[0] && this.loadConfigFile(fileInput.files[0]));
+    const drop = el(doc, "p", { class: "dropzone" }, [doc.createTextNode("Paste a Hugging Face config.json above, drop the file here, or "), pick, doc.createTextNode(".")]);
+    const hfRow = this.row("model.hf_config", "config.json", textarea, null);
+    hfRow.append(drop, fileInput);
+    this.fields.set("model.hf_config", { row: hfRow, input: textarea, read: () => parseJsonInput(textarea.value), write: () => {}, error: hfRow.querySelector(".error") });
+
+    // Architecture: the Architecture schema's fields, generated like every other field.
+    const archSimple = el(doc, "div", { class: "subfields" });
+    const archSchema = schemaAt(this.schema, "model.architecture");
+    for (const key of Object.keys(archSchema.properties)) {
+      const child = `model.architecture.${key}`;
+      archSimple.append(this.leaf(child, resolve(archSchema.properties[key], this.schema)));
+    }
+    const archBox = el(doc, "div", { class: "model-architecture", "data-field": "model.architecture" }, [archSimple]);
+
+    const countInput = el(doc, "input", { id: idFor("model.num_parameters"), name: "model.num_parameters", type: "number", min: "1", step: "1", inputmode: "numeric", "data-testid": "input-model.num_parameters" });
+    const countRow = this.row("model.num_parameters", "Parameters", countInput, "Only a parameter count: model states, but no activations.");
+    this.fields.set("model.num_parameters", {
+      row: countRow,
+      input: countInput,
+      read: () => (countInput.value === "" ? "" : Number(countInput.value)),
+      write: () => {},
+      error: countRow.querySelector(".error"),
+    });
+
+    const box = el(doc, "div", { class: "model-field" }, [row, hfRow, archBox, countRow]);
+    parent.append(box);
+    this.model = { select, textarea, hfRow, archBox, countRow, countInput };
+    this.fields.set("model", { row, input: select, read: () => this.readModel(), write: (value) => this.writeModel(value), error: row.querySelector(".error") });
+    this.fields.set("model.preset", this.fields.get("model"));
+    select.addEventListener("change", () => this.modelModeChanged());
+  }
+
+  modelMode() {
+    const value = this.model.select.value;
+    return value.startsWith("@") ? value.slice(1) : "preset";
+  }
+
+  readModel() {
+    const mode = this.modelMode();
+    if (mode === "preset") return { preset: this.model.select.value };
+    if (mode === "hf_config") return { hf_config: parseJsonInput(this.model.textarea.value) };
+    if (mode === "num_parameters") return { num_parameters: this.fields.get("model.num_parameters").read() };
+    const architecture = {};
+    for (const [path, field] of this.fields) {
+      if (!path.startsWith("model.architecture.")) continue;
+      const value = field.read();
+      if (value === null || value === "") continue; // unset optional fields take the core's defaults
+      architecture[path.slice("model.architecture.".length)] = value;
+    }
+    return { architecture };
+  }
+
+  writeModel(model) {
+    const m = this.model;
+    if (!isPlainObject(model)) model = { preset: String(model ?? "") };
+    if ("hf_config" in model) {
+      m.select.value = "@hf_config";
+      m.textarea.value = typeof model.hf_config === "string" ? model.hf_config : JSON.stringify(model.hf_config, null, 2);
+    } else if ("architecture" in model) {
+      m.select.value = "@architecture";
+      for (const [path, field] of this.fields) {
+        if (path.startsWith("model.architecture.")) field.write(getPath(model, path.slice("model.".length)) ?? null);
+      }
+    } else if ("num_parameters" in model) {
+      m.select.value = "@num_parameters";
+      m.countInput.value = String(model.num_parameters ?? "");
+    } else {
+      const known = this.catalogs.presets.some((preset) => preset.name === model.preset);
+      if (!known && model.preset) {
+        // Keep an unknown preset from a link selectable, so the core's message can name it.
+        const option = el(this.doc, "option", { value: model.preset, text: model.preset });
+        m.select.prepend(option);
+      }
+      m.select.value = model.preset;
+    }
+    this.showModelMode();
+  }
+
+  showModelMode() {
+    const mode = this.modelMode();
+    this.model.hfRow.hidden = mode !== "hf_config";
+    this.model.archBox.hidden = mode !== "architecture";
+    this.model.countRow.hidden = mode !== "num_parameters";
+  }
+
+  /** Switching to an own-model mode starts from the model that was selected. */
+  async modelModeChanged() {
+    const previous = this.setup.model;
+    const mode = this.modelMode();
+    this.showModelMode();
+    const presetConfig = previous && previous.preset && this.catalogs.presets.find((p) => p.name === previous.preset)?.config;
+    if (mode === "hf_config" && !this.model.textarea.value.trim()) {
+      this.model.textarea.value = JSON.stringify(presetConfig || previous?.hf_config || {}, null, 2);
+    } else if (mode === "num_parameters" && !this.model.countInput.value && this.lastReport) {
+      this.model.countInput.value = String(this.lastReport.num_parameters);
+    } else if (mode === "architecture") {
+      const architecture = previous && !("architecture" in previous) ? await this.requestArchitecture(previous) : null;
+      if (architecture) this.writeModel({ architecture });
+    }
+    this.emit("model");
+  }
+
+  async loadConfigFile(file) {
+    const text = await file.text();
+    this.model.select.value = "@hf_config";
+    this.model.textarea.value = text;
+    this.showModelMode();
+    this.emit("model.hf_config");
+  }
+
+  // ------------------------------------------------------------------ the GPU
+
+  addGpu(path, parent, advanced) {
+    const doc = this.doc;
+    const select = el(doc, "select", { id: idFor("gpu"), name: "gpu", "data-testid": "input-gpu" });
+    for (const gpu of this.catalogs.gpus) {
+      const gib = gpu.memory_bytes / 2 ** 30;
+      select.append(el(doc, "option", { value: gpu.name, text: `${gpu.display_name} (${gib.toFixed(1)} GiB)` }));
+    }
+    select.append(el(doc, "option", { value: "@custom", text: "Another GPU…" }));
+    const row = this.row("gpu", "GPU", select, "The GPU model each rank runs on.");
+    const customSchema = branches(schemaAt(this.schema, "gpu"), this.schema).find((branch) => branch.properties);
+    const customBox = el(doc, "div", { class: "subfields", "data-field": "gpu.custom" });
+    for (const key of Object.keys(customSchema.properties)) {
+      customBox.append(this.leaf(`gpu.${key}`, resolve(customSchema.properties[key], this.schema)));
+    }
+    parent.append(row, customBox);
+    this.gpu = { select, customBox };
+    const read = () => {
+      if (select.value !== "@custom") return select.value;
+      const custom = {};
+      for (const key of Object.keys(customSchema.properties)) custom[key] = this.fields.get(`gpu.${key}`).read();
+      return custom;
+    };
+    const write = (value) => {
+      if (isPlainObject(value)) {
+        select.value = "@custom";
+        for (const key of Object.keys(customSchema.properties)) {
+          this.fields.get(`gpu.${key}`).write(value[key] ?? customSchema.properties[key].default ?? null);
+        }
+      } else {
+        if (value && !this.catalogs.gpus.some((gpu) => gpu.name === value)) {
+          select.prepend(el(doc, "option", { value, text: value }));
+        }
+        select.value = value;
+      }
+      customBox.hidden = select.value !== "@custom";
+    };
+    select.addEventListener("change", () => {
+      customBox.hidden = select.value !== "@custom";
+    });
+    this.fields.set("gpu", { row, input: select, read, write, error: row.querySelector(".error") });
+  }
+
+  // ------------------------------------------------------------------ values
+
+  /** Show a full setup in the form. */
+  setSetup(setup) {
+    this.setup = clone(setup);
+    for (const [path, field] of this.fields) {
+      if (path === "model.preset" || path.startsWith("model.") || (path.startsWith("gpu.") && path !== "gpu")) continue;
+      field.write(getPath(setup, path));
+    }
+    this.updateVisibility();
+  }
+
+  /** The full setup the form shows now (values may be invalid: the core will say). */
+  getSetup() {
+    const setup = clone(this.setup);
+    for (const [path, field] of this.fields) {
+      if (path === "model.preset" || path.startsWith("model.") || (path.startsWith("gpu.") && path !== "gpu")) continue;
+      setPath(setup, path, field.read());
+    }
+    return setup;
+  }
+
+  handleInput(event) {
+    const target = event.target;
+    if (!target || !target.name || target.type === "file") return;
+    if (target.name === "model.preset") return; // modelModeChanged emits
+    if (event.type === "change" && target.tagName !== "SELECT" && target.type !== "checkbox") return;
+    if (event.type === "input" && (target.tagName === "SELECT" || target.type === "checkbox")) return;
+    this.emit(target.name);
+  }
+
+  emit(path) {
+    let setup = this.getSetup();
+    for (const coupling of COUPLINGS) {
+      if (coupling.when === path) {
+        coupling.apply(setup);
+        this.setSetup(setup);
+        setup = this.getSetup();
+      }
+    }
+    this.setup = setup;
+    this.updateVisibility();
+    this.onChange(clone(setup), path);
+  }
+
+  updateVisibility() {
+    const setup = this.getSetup();
+    for (const { node, showIf } of this.conditional) node.hidden = !showIf(setup);
+  }
+
+  // ------------------------------------------------------------------ errors
+
+  clearErrors() {
+    this.formError.hidden = true;
+    this.formError.textContent = "";
+    for (const field of this.fields.values()) {
+      field.error.hidden = true;
+      field.error.textContent = "";
+      field.input.removeAttribute("aria-invalid");
+    }
+  }
+
+  /** Show the core's messages next to their fields; messages without a field go on top. */
+  showErrors(errors) {
+    this.clearErrors();
+    const general = [];
+    for (const { path, message } of errors) {
+      const field = this.fieldForError(path, message);
+      if (!field) {
+        general.push(path ? `${path}: ${message}` : message);
+        continue;
+      }
+      field.error.hidden = false;
+      field.error.textContent = field.error.textContent ? `${field.error.textContent} ${message}` : message;
+      field.input.setAttribute("aria-invalid", "true");
+      const details = field.row.closest("details");
+      if (details) details.open = true;
+    }
+    if (general.length) {
+      this.formError.hidden = false;
+      this.formError.textContent = general.join(" ");
+    }
+  }
+
+  fieldForError(path, message) {
+    let candidate = path;
+    if (!candidate) {
+      // A check across fields: attach it to the field its message starts with, if any.
+      const named = [...this.fields.keys()].filter((key) => message.startsWith(key) || message.startsWith(key.split(".").pop() + " "));
+      candidate = named.sort((a, b) => b.length - a.length)[0] || "";
+    }
+    while (candidate) {
+      const field = this.fields.get(candidate);
+      if (field && !field.row.closest("[hidden]")) return field;
+      if (field && candidate.startsWith("model")) return this.fields.get("model");
+      candidate = candidate.includes(".") ? candidate.slice(0, candidate.lastIndexOf(".")) : "";
+    }
+    return null;
+  }
+}
+
+/** JSON typed into a text area; text that is not JSON becomes a message the core can't produce. */
+function parseJsonInput(text) {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    return { $invalidJson: error.message };
+  }
+}
+
+export function invalidJsonErrors(setup) {
+  const errors = [];
+  const visit = (value, path) => {
+    if (isPlainObject(value)) {
+      if ("$invalidJson" in value) {
+        errors.push({ path, message: `not valid JSON: ${value.$invalidJson}` });
+        return;
+      }
+      for (const [key, item] of Object.entries(value)) visit(item, path ? `${path}.${key}` : key);
+    }
+  };
+  visit(setup, "");
+  return errors;
+}

@@ -1,0 +1,147 @@
+// The hand-written layer over the Setup schema: labels, grouping, what is "advanced", and
+// the few widgets a schema cannot describe. A field the schema gains and this file does not
+// name still appears, in the advanced part of its group, labelled from its schema title.
+
+/** Groups of the form, in order; `fields` are dotted paths (a path names its whole subtree). */
+export const GROUPS = [
+  { id: "model", title: "Model", fields: ["model"] },
+  { id: "batch", title: "Batch and sequence", fields: ["micro_batch_size", "sequence_length", "gradient_accumulation_steps"] },
+  {
+    id: "training",
+    title: "Precision and optimizer",
+    fields: ["precision", "optimizer", "activation_checkpointing", "attention", "loss", "loss_chunks"],
+  },
+  { id: "parallelism", title: "GPUs and parallelism", fields: ["gpu", "parallelism", "headroom_fraction"] },
+  { id: "finetuning", title: "Fine-tuning", fields: ["finetuning"] },
+  { id: "runtime", title: "Runtime", fields: ["runtime"] },
+];
+
+/**
+ * Per-field hints, by dotted path:
+ *   label     text of the label (default: the schema title)
+ *   advanced  folded away under "More options" (default for fields not listed here: true)
+ *   widget    "model" | "gpu" | "catalog:<name>" (a select filled from a catalog)
+ *   options   labels for enum values
+ *   showIf    (setup) => bool; hidden fields keep their value
+ *   suffix    a unit shown after the input
+ */
+export const FIELDS = {
+  model: { label: "Model", advanced: false, widget: "model" },
+  micro_batch_size: { label: "Micro-batch size", advanced: false, suffix: "sequences / GPU" },
+  sequence_length: { label: "Sequence length", advanced: false, suffix: "tokens" },
+  gradient_accumulation_steps: { label: "Gradient accumulation steps", advanced: false },
+  precision: {
+    label: "Precision recipe",
+    advanced: false,
+    options: {
+      fp32: "fp32",
+      "amp-bf16": "AMP bf16 (torch.autocast)",
+      "amp-fp16": "AMP fp16 (torch.autocast)",
+      "bf16-mixed": "bf16 mixed (framework default)",
+      "fp16-mixed": "fp16 mixed (framework default)",
+      "bf16-master-weights": "bf16 + fp32 master weights (DeepSpeed)",
+      "fp16-master-weights": "fp16 + fp32 master weights (ZeRO paper)",
+      "bf16-master-weights-fp32-grads": "bf16 + fp32 grads and master (Megatron)",
+      "bf16-pure": "pure bf16",
+    },
+  },
+  "optimizer.name": { label: "Optimizer", advanced: false, widget: "catalog:optimizers" },
+  "optimizer.implementation": { label: "Optimizer implementation", options: { null: "By device (default)" } },
+  activation_checkpointing: {
+    label: "Activation checkpointing",
+    advanced: false,
+    options: { none: "None", selective: "Selective (attention core)", full: "Full (every layer)" },
+  },
+  attention: {
+    label: "Attention kernel",
+    options: { sdpa: "SDPA", flash_attention_2: "FlashAttention 2", eager: "Eager", "sdpa-math": "SDPA math fallback" },
+  },
+  loss: { label: "Loss", options: { standard: "Standard cross-entropy", chunked: "Chunked cross-entropy" } },
+  loss_chunks: { label: "Loss chunks", showIf: (s) => s.loss === "chunked" },
+  gpu: { label: "GPU", advanced: false, widget: "gpu" },
+  "gpu.memory_gib": { label: "GPU memory", suffix: "GiB" },
+  "gpu.name": { label: "GPU name" },
+  headroom_fraction: { label: "Headroom", advanced: false, suffix: "fraction kept free" },
+  "parallelism.num_gpus": { label: "Number of GPUs", advanced: false },
+  "parallelism.strategy": {
+    label: "Data parallelism",
+    advanced: false,
+    options: { ddp: "PyTorch DDP", zero: "DeepSpeed ZeRO", fsdp: "PyTorch FSDP" },
+  },
+  "parallelism.zero_stage": {
+    label: "ZeRO stage",
+    advanced: false,
+    options: { 0: "0 — no sharding", 1: "1 — optimizer states", 2: "2 — + gradients", 3: "3 — + weights" },
+  },
+  "parallelism.fsdp_sharding_strategy": {
+    label: "FSDP sharding",
+    advanced: false,
+    showIf: (s) => s.parallelism?.strategy === "fsdp",
+  },
+  "parallelism.gpus_per_node": { label: "GPUs per node" },
+  "parallelism.offload_optimizer": { label: "Offload optimizer to CPU" },
+  "parallelism.offload_parameters": { label: "Offload parameters to CPU" },
+  "parallelism.tensor_parallel_size": { label: "Tensor parallel size" },
+  "parallelism.pipeline_parallel_size": { label: "Pipeline parallel size" },
+  "parallelism.sequence_parallel": { label: "Sequence parallel" },
+  "parallelism.context_parallel_size": { label: "Context parallel size" },
+  "parallelism.expert_parallel_size": { label: "Expert parallel size" },
+  "parallelism.bucket_size_mib": { label: "Communication bucket", suffix: "MiB" },
+  "finetuning.method": {
+    label: "Method",
+    advanced: false,
+    options: { full: "Full fine-tuning", lora: "LoRA", qlora: "QLoRA (4-bit base)" },
+  },
+  "finetuning.lora.r": { label: "LoRA rank r", advanced: false, showIf: (s) => s.finetuning?.method !== "full" },
+  "finetuning.lora.target_modules": {
+    label: "LoRA target modules",
+    advanced: false,
+    showIf: (s) => s.finetuning?.method !== "full",
+  },
+  "finetuning.lora.lora_dropout": { label: "LoRA dropout", showIf: (s) => s.finetuning?.method !== "full" },
+  "finetuning.quantization": { showIf: (s) => s.finetuning?.method === "qlora" },
+  "finetuning.quantization.bits": { label: "Quantized bits" },
+  "finetuning.quantization.quant_type": { label: "4-bit type" },
+  "finetuning.quantization.double_quant": { label: "Double quantization" },
+  "finetuning.quantization.compute_dtype": { label: "Compute dtype" },
+  "finetuning.frozen": { label: "Frozen groups", showIf: (s) => s.finetuning?.method === "full" },
+  "runtime.device": { label: "Device" },
+  "runtime.cuda_context_mib": { label: "CUDA context", suffix: "MiB" },
+};
+
+/** Changing one field implies another (the form keeps the pair consistent for the user). */
+export const COUPLINGS = [
+  {
+    when: "parallelism.zero_stage",
+    apply(setup) {
+      const p = setup.parallelism;
+      if (p.zero_stage > 0) p.strategy = "zero";
+    },
+  },
+  {
+    when: "parallelism.strategy",
+    apply(setup) {
+      const p = setup.parallelism;
+      if (p.strategy !== "zero") p.zero_stage = 0;
+    },
+  },
+];
+
+export function hintFor(path) {
+  return FIELDS[path] || {};
+}
+
+/** Fields not named above are advanced: new fields never clutter the simple form. */
+export function isAdvanced(path) {
+  const hint = FIELDS[path];
+  return hint ? hint.advanced !== false : true;
+}
+
+export function labelFor(path, schema) {
+  const hint = FIELDS[path];
+  if (hint && hint.label) return hint.label;
+  const title = schema && schema.title;
+  if (title) return title;
+  const last = path.split(".").pop();
+  return last.replaceAll("_", " ").replace(/^./, (c) => c.toUpperCase());
+}

@@ -1,0 +1,218 @@
+// The calculator page: the form, the results, sharing. Pyodide starts loading at once in a
+// Web Worker; until it is ready the build-time result of the default setup is on screen.
+
+import { drawCapacity, drawTimeline, followColorScheme } from "./charts.js";
+import { Engine } from "./engine.js";
+import { SetupForm, invalidJsonErrors } from "./form.js";
+import { renderReport, summarize } from "./results.js";
+import { cliCommand, copyText, embedSnippet, encodeSnapshot, pythonSnippet } from "./share.js";
+import { decodeHash, deepEqual, encodeHash, minimalSetup, overlay } from "./setup.js";
+import { setProgress, describeSetup } from "./status.js";
+
+performance.mark("trainmem:main-start");
+const data = JSON.parse(document.getElementById("app-data").textContent);
+const schema = data.schema;
+const pageDefault = overlay(data.core_defaults, data.default_setup, schema);
+
+// ---------------------------------------------------------------------------- engine
+
+const engine = new Engine({
+  workerUrl: new URL("./worker.js", import.meta.url),
+  wheels: data.wheels,
+  modules: data.python_modules,
+  onProgress: (message) => {
+    performance.mark(`trainmem:engine-${message.stage}`); // read by benchmarks/bench_site.py
+    setProgress(message.fraction, message.label);
+  },
+});
+engine.start(); // first of all: Python takes seconds to load, everything else milliseconds
+
+
+const resultsNode = document.getElementById("results");
+const setupJsonNode = document.querySelector('[data-testid="setup-json"]');
+const notice = document.getElementById("results-notice");
+
+let report = null; // the report on screen
+let engineReady = false;
+let setup = setupFromHash() || pageDefault;
+
+function setupFromHash() {
+  const { setup: partial } = decodeHash(location.hash);
+  return partial ? overlay(data.core_defaults, partial, schema) : null;
+}
+
+function minimal(full) {
+  return minimalSetup(full, data.core_defaults, schema);
+}
+
+// ---------------------------------------------------------------------------- results
+
+function showReport(next) {
+  report = next;
+  form.lastReport = next;
+  renderReport(resultsNode, next, { catalogs: data.catalogs });
+  drawCharts();
+  setStale(null);
+}
+
+function drawCharts() {
+  if (!report) return;
+  drawCapacity(resultsNode.querySelector('canvas[data-chart="capacity"]'), summarize(report));
+  drawTimeline(resultsNode.querySelector('canvas[data-chart="timeline"]'), report);
+}
+
+/** Mark the results as not (yet) those of the form's setup, with a reason; null clears. */
+function setStale(reason) {
+  resultsNode.classList.toggle("stale", Boolean(reason));
+  resultsNode.setAttribute("aria-busy", reason === "computing" ? "true" : "false");
+  notice.hidden = !reason;
+  notice.textContent =
+    reason === "computing"
+      ? "Computing this setup in your browser…"
+      : reason === "invalid"
+        ? "The setup has an error (see the form): showing the last valid result."
+        : reason || "";
+}
+
+let computeStarted = 0;
+async function recompute(path) {
+  const jsonErrors = invalidJsonErrors(setup);
+  if (jsonErrors.length) {
+    form.showErrors(jsonErrors);
+    setStale("invalid");
+    return;
+  }
+  if (!engineReady) {
+    setStale("computing");
+    return; // the first answer of the engine will compute the form's setup
+  }
+  computeStarted = performance.now();
+  const answer = await engine.compute(minimal(setup));
+  if (answer.superseded) return;
+  if (answer.ok) {
+    form.clearErrors();
+    showReport(answer.report);
+    document.documentElement.dataset.lastComputeMs = String(Math.round(performance.now() - computeStarted));
+  } else {
+    form.showErrors(answer.errors);
+    setStale("invalid");
+  }
+  document.documentElement.dataset.computed = String(Number(document.documentElement.dataset.computed || 0) + 1);
+  return path;
+}
+
+// ---------------------------------------------------------------------------- setup state
+
+function setupChanged(next, path) {
+  setup = next;
+  const small = minimal(setup);
+  setupJsonNode.textContent = JSON.stringify(small, null, 2);
+  const hash = encodeHash(small, schema);
+  if (location.hash.slice(1) !== hash) history.replaceState(null, "", `#${hash}`);
+  document.title = `${describeSetup(setup, data.catalogs)} — trainmem`;
+  recompute(path);
+}
+
+const form = new SetupForm(document.getElementById("setup-form"), {
+  schema,
+  catalogs: data.catalogs,
+  defaults: setup,
+  onChange: setupChanged,
+  requestArchitecture: (model) => engine.architecture(model),
+});
+form.build();
+form.setSetup(setup);
+setupJsonNode.textContent = JSON.stringify(minimal(setup), null, 2);
+
+if (deepEqual(minimal(setup), minimal(pageDefault))) {
+  showReport(data.default_report); // the build-time result: same numbers, now with charts
+} else {
+  setStale("computing");
+}
+
+window.addEventListener("hashchange", () => {
+  const next = setupFromHash();
+  if (!next || deepEqual(minimal(next), minimal(setup))) return;
+  form.setSetup(next);
+  setupChanged(form.getSetup(), "");
+});
+
+resultsNode.addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-suggestion]");
+  if (!button || !report) return;
+  const suggestion = report.suggestions[Number(button.dataset.suggestion)];
+  const next = overlay(setup, suggestion.setup_patch, schema);
+  form.setSetup(next);
+  setupChanged(form.getSetup(), "suggestion");
+});
+
+// A config.json dropped anywhere on the page becomes the model.
+document.addEventListener("dragover", (event) => {
+  if ([...event.dataTransfer.types].includes("Files")) event.preventDefault();
+});
+document.addEventListener("drop", (event) => {
+  const file = event.dataTransfer.files[0];
+  if (!file) return;
+  event.preventDefault();
+  form.loadConfigFile(file);
+});
+
+followColorScheme(drawCharts);
+
+// ---------------------------------------------------------------------------- sharing
+
+const shareOutput = document.querySelector('[data-testid="share-output"]');
+const shareStatus = document.getElementById("share-status");
+
+function shareText(kind) {
+  const small = minimal(setup);
+  const hash = encodeHash(small, schema);
+  switch (kind) {
+    case "link":
+      return new URL(`#${hash}`, location.href).href;
+    case "command":
+      return cliCommand(small, setup, schema);
+    case "python":
+      return pythonSnippet(small);
+    case "json":
+      return report ? JSON.stringify(report, null, 2) : "";
+    case "embed": {
+      const extra = report ? { r: encodeSnapshot(summarize(report)) } : {};
+      const url = new URL(`embed.html#${encodeHash(small, schema, extra)}`, location.href).href;
+      return embedSnippet(url, `trainmem: ${describeSetup(setup, data.catalogs)}`);
+    }
+    default:
+      return "";
+  }
+}
+
+const SHARE_LABELS = { link: "Link", command: "Command", python: "Python snippet", json: "JSON report", embed: "Embed snippet" };
+
+document.querySelector(".share-buttons").addEventListener("click", async (event) => {
+  const button = event.target.closest("button[data-share]");
+  if (!button) return;
+  const kind = button.dataset.share;
+  const text = shareText(kind);
+  shareOutput.value = text;
+  shareOutput.hidden = false;
+  const copied = await copyText(text, shareOutput);
+  shareStatus.textContent = copied ? `${SHARE_LABELS[kind]} copied to the clipboard.` : `Press Ctrl+C to copy the ${SHARE_LABELS[kind].toLowerCase()}.`;
+});
+
+// ---------------------------------------------------------------------------- start
+
+engine
+  .start()
+  .then(() => {
+    engineReady = true;
+    return recompute("");
+  })
+  .then(() => {
+    document.documentElement.dataset.engine = "ready";
+    performance.mark("trainmem:interactive");
+    setProgress(1, "Python engine ready: every change recomputes in your browser.");
+  })
+  .catch((error) => {
+    document.documentElement.dataset.engine = "failed";
+    setProgress(null, `The Python engine could not start (${error.message}). The result shown was computed when this page was built.`);
+  });

@@ -1,0 +1,322 @@
+// Renders a trainmem Report into the page with DOM APIs only (text never becomes markup).
+//
+// The same functions run at build time under Node (linkedom) to pre-render the default
+// setup's result into the HTML, and in the browser for every recompute. Chart canvases are
+// created once and kept; charts.js draws into them.
+
+import { CATEGORIES, CATEGORY_LABELS, STATUS_LABELS, formatBytes, formatCount, formatShare } from "./format.js";
+
+export function el(doc, tag, attributes = {}, children = []) {
+  const node = doc.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === "text") node.textContent = value;
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children) if (child !== null && child !== undefined && child !== false) node.append(child);
+  return node;
+}
+
+/** A child section of the results, created on first use and kept afterwards. */
+function part(container, name, tag = "section", attributes = {}) {
+  let node = [...container.children].find((child) => child.getAttribute("data-part") === name);
+  if (!node) {
+    node = el(container.ownerDocument, tag, { "data-part": name, ...attributes });
+    container.append(node);
+  }
+  return node;
+}
+
+function bytesNode(doc, tag, bytes, testid, extra = {}) {
+  return el(doc, tag, { "data-bytes": String(bytes), "data-testid": testid, ...extra, text: formatBytes(bytes) });
+}
+
+function gpuName(ctx, name) {
+  const gpu = ctx.catalogs?.gpus?.find((item) => item.name === name);
+  return gpu ? gpu.display_name : name;
+}
+
+/** The few figures the embed needs, taken from a Report (also what an embed link carries). */
+export function summarize(report) {
+  return {
+    v: report.trainmem_version,
+    peak_total_bytes: report.peak_total_bytes,
+    peak_allocated_bytes: report.peak_allocated_bytes,
+    breakdown: Object.fromEntries(CATEGORIES.map((category) => [category, report.breakdown[category]])),
+    fit: {
+      status: report.fit.status,
+      message: report.fit.message,
+      gpu_display_name: report.fit.gpu_display_name,
+      capacity_bytes: report.fit.capacity_bytes,
+      usable_bytes: report.fit.usable_bytes,
+      headroom_fraction: report.fit.headroom_fraction,
+    },
+    num_parameters: report.num_parameters,
+    num_trainable_parameters: report.num_trainable_parameters,
+  };
+}
+
+// ---------------------------------------------------------------------------- summary
+
+export function renderVerdict(container, summary) {
+  const doc = container.ownerDocument;
+  const verdict = part(container, "verdict", "div", { class: "verdict", role: "status" });
+  verdict.setAttribute("data-testid", "fit-verdict");
+  verdict.setAttribute("data-status", summary.fit.status);
+  verdict.replaceChildren(
+    el(doc, "span", { class: "verdict-badge", text: STATUS_LABELS[summary.fit.status] || summary.fit.status }),
+    el(doc, "span", { class: "verdict-message", text: summary.fit.message }),
+  );
+}
+
+export function renderHeadline(container, summary, peak) {
+  const doc = container.ownerDocument;
+  const headline = part(container, "headline", "dl", { class: "headline" });
+  const fit = summary.fit;
+  const items = [
+    [
+      "Peak per GPU",
+      bytesNode(doc, "dd", summary.peak_total_bytes, "peak-total", { class: "big" }),
+      `of ${formatBytes(fit.usable_bytes)} usable on ${fit.gpu_display_name} (${formatBytes(fit.capacity_bytes)}, ${Math.round(fit.headroom_fraction * 100)} % headroom)`,
+    ],
+    [
+      "Tensors (allocated)",
+      bytesNode(doc, "dd", summary.peak_allocated_bytes, "peak-allocated", { class: "big" }),
+      "what torch.cuda.max_memory_allocated() reports",
+    ],
+    [
+      "Parameters",
+      el(doc, "dd", { class: "big", "data-testid": "num-parameters", text: formatCount(summary.num_parameters) }),
+      `${formatCount(summary.num_trainable_parameters)} trainable`,
+    ],
+  ];
+  if (peak) items.push(["Peak happens at", el(doc, "dd", { class: "big small-text", text: peak.label }), peak.description]);
+  headline.replaceChildren(
+    ...items.map(([term, value, note]) =>
+      el(doc, "div", { class: "figure" }, [el(doc, "dt", { text: term }), value, el(doc, "dd", { class: "note", text: note })]),
+    ),
+  );
+}
+
+/** A chart slot: a captioned canvas whose accessible name summarises what it shows. */
+export function chartSlot(container, name, title, description) {
+  const doc = container.ownerDocument;
+  const figure = part(container, name, "figure", { class: `chart chart-${name}` });
+  if (!figure.querySelector("canvas")) {
+    figure.append(
+      el(doc, "figcaption", {}, [el(doc, "span", { class: "chart-title", text: title }), el(doc, "span", { class: "chart-description" })]),
+      el(doc, "div", { class: "canvas-box" }, [el(doc, "canvas", { role: "img", "data-chart": name })]),
+    );
+  }
+  figure.querySelector(".chart-description").textContent = description;
+  figure.querySelector("canvas").setAttribute("aria-label", `${title}. ${description}`);
+  return figure;
+}
+
+export function renderCompactBreakdown(container, summary) {
+  const doc = container.ownerDocument;
+  const list = part(container, "compact-breakdown", "ul", { class: "compact-breakdown" });
+  list.replaceChildren(
+    ...CATEGORIES.map((category) =>
+      el(doc, "li", {}, [
+        el(doc, "span", { class: `swatch swatch-${category}`, "aria-hidden": "true" }),
+        el(doc, "span", { class: "name", text: CATEGORY_LABELS[category] }),
+        bytesNode(doc, "span", summary.breakdown[category], `breakdown-${category}`, { class: "num" }),
+      ]),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------------------- full report
+
+/** Render a whole Report into the results container. `ctx.catalogs` names the GPUs. */
+export function renderReport(container, report, ctx = {}) {
+  const doc = container.ownerDocument;
+  const summary = summarize(report);
+  renderVerdict(container, summary);
+  renderHeadline(container, summary, report.peak);
+  chartSlot(
+    container,
+    "capacity",
+    "Peak per GPU against capacity",
+    `${formatBytes(report.peak_total_bytes)} at the peak; ${formatBytes(report.fit.usable_bytes)} usable of ${formatBytes(report.fit.capacity_bytes)}.`,
+  );
+  const timeline = report.ranks[report.heaviest_rank].timeline;
+  chartSlot(
+    container,
+    "timeline",
+    "Memory over one training step",
+    `${timeline.labels.length} events from forward to zero_grad; the peak is at ${report.peak.label}.`,
+  );
+  renderBreakdownTable(container, report);
+  renderFitsOn(container, report, ctx);
+  renderSuggestions(container, report);
+  renderWarnings(container, report);
+  renderRanks(container, report);
+  renderResolved(container, report);
+  container.setAttribute("data-peak-total", String(report.peak_total_bytes));
+  return doc;
+}
+
+function renderBreakdownTable(container, report) {
+  const doc = container.ownerDocument;
+  const section = part(container, "breakdown", "section", { class: "card", "aria-labelledby": "breakdown-title" });
+  const total = report.peak_total_bytes;
+  const table = el(doc, "table", { class: "breakdown" }, [
+    el(doc, "caption", { id: "breakdown-title", text: "Where the memory goes at the peak" }),
+    el(doc, "thead", {}, [
+      el(doc, "tr", {}, [
+        el(doc, "th", { scope: "col", text: "Category and part" }),
+        el(doc, "th", { scope: "col", class: "num", text: "Memory" }),
+        el(doc, "th", { scope: "col", class: "num", text: "Share" }),
+      ]),
+    ]),
+  ]);
+  for (const category of CATEGORIES) {
+    const bytes = report.breakdown[category];
+    const body = el(doc, "tbody", { "data-category": category }, [
+      el(doc, "tr", { class: "category-row" }, [
+        el(doc, "th", { scope: "row" }, [
+          el(doc, "span", { class: `swatch swatch-${category}`, "aria-hidden": "true" }),
+          doc.createTextNode(CATEGORY_LABELS[category]),
+        ]),
+        bytesNode(doc, "td", bytes, `breakdown-${category}`, { class: "num" }),
+        el(doc, "td", { class: "num", text: formatShare(bytes, total) }),
+      ]),
+    ]);
+    for (const item of report.parts.filter((p) => p.category === category)) {
+      const name = el(doc, "th", { scope: "row", class: "part" }, [el(doc, "span", { text: item.name })]);
+      if (item.detail) name.append(el(doc, "span", { class: "detail", text: item.detail }));
+      if (!item.allocated) name.append(el(doc, "span", { class: "tag", text: "outside the allocator" }));
+      body.append(
+        el(doc, "tr", { class: "part-row" }, [
+          name,
+          el(doc, "td", { class: "num", "data-bytes": String(item.bytes), text: formatBytes(item.bytes) }),
+          el(doc, "td", { class: "num", text: formatShare(item.bytes, total) }),
+        ]),
+      );
+    }
+    table.append(body);
+  }
+  table.append(
+    el(doc, "tfoot", {}, [
+      el(doc, "tr", {}, [
+        el(doc, "th", { scope: "row", text: "Total at the peak" }),
+        el(doc, "td", { class: "num", "data-bytes": String(total), text: formatBytes(total) }),
+        el(doc, "td", { class: "num", text: "100 %" }),
+      ]),
+    ]),
+  );
+  section.replaceChildren(table);
+}
+
+function renderFitsOn(container, report, ctx) {
+  const doc = container.ownerDocument;
+  const section = part(container, "fits-on", "section", { class: "card" });
+  const list = el(doc, "ul", { class: "chips", "data-testid": "fits-on" });
+  for (const name of report.fits_on) {
+    list.append(el(doc, "li", { class: name === report.fit.gpu ? "chip current" : "chip", "data-gpu": name, text: gpuName(ctx, name) }));
+  }
+  section.replaceChildren(
+    el(doc, "h3", { text: "GPUs of the catalog it fits on" }),
+    report.fits_on.length ? list : el(doc, "p", { class: "muted", text: "None of the catalog's GPUs holds this setup with its headroom." }),
+  );
+}
+
+function renderSuggestions(container, report) {
+  const doc = container.ownerDocument;
+  const section = part(container, "suggestions", "section", { class: "card" });
+  section.hidden = !report.suggestions.length;
+  const list = el(doc, "ul", { class: "suggestions" });
+  report.suggestions.forEach((suggestion, index) => {
+    list.append(
+      el(doc, "li", { class: suggestion.fits ? "suggestion fits" : "suggestion" }, [
+        el(doc, "div", {}, [
+          el(doc, "strong", { text: suggestion.title }),
+          el(doc, "span", { class: "detail", text: suggestion.detail }),
+        ]),
+        el(doc, "span", {
+          class: "num",
+          "data-bytes": String(suggestion.peak_total_bytes),
+          text: `${formatBytes(suggestion.peak_total_bytes)}${suggestion.fits ? " · fits" : ""}`,
+        }),
+        el(doc, "button", { type: "button", class: "apply", "data-suggestion": String(index), text: "Apply" }),
+      ]),
+    );
+  });
+  section.replaceChildren(el(doc, "h3", { text: "What to change" }), list);
+}
+
+function renderWarnings(container, report) {
+  const doc = container.ownerDocument;
+  const section = part(container, "warnings", "section", { class: "card warnings" });
+  section.hidden = !report.warnings.length;
+  section.replaceChildren(
+    el(doc, "h3", { text: "Notes" }),
+    el(doc, "ul", {}, report.warnings.map((text) => el(doc, "li", { text }))),
+  );
+}
+
+function renderRanks(container, report) {
+  const doc = container.ownerDocument;
+  const section = part(container, "ranks", "section", { class: "card" });
+  section.hidden = report.ranks.length < 2;
+  const rows = report.ranks.map((rank, index) =>
+    el(doc, "tr", { class: index === report.heaviest_rank ? "current" : null }, [
+      el(doc, "th", { scope: "row", text: rank.name }),
+      el(doc, "td", { class: "num", text: String(rank.num_ranks) }),
+      el(doc, "td", { class: "num", "data-bytes": String(rank.peak_total_bytes), text: formatBytes(rank.peak_total_bytes) }),
+    ]),
+  );
+  section.replaceChildren(
+    el(doc, "table", { class: "ranks" }, [
+      el(doc, "caption", { text: "Ranks (the heaviest is shown above)" }),
+      el(doc, "thead", {}, [
+        el(doc, "tr", {}, [
+          el(doc, "th", { scope: "col", text: "Rank" }),
+          el(doc, "th", { scope: "col", class: "num", text: "GPUs" }),
+          el(doc, "th", { scope: "col", class: "num", text: "Peak" }),
+        ]),
+      ]),
+      el(doc, "tbody", {}, rows),
+    ]),
+  );
+}
+
+function renderResolved(container, report) {
+  const doc = container.ownerDocument;
+  const section = part(container, "resolved", "section", { class: "card" });
+  const r = report.resolved;
+  const rows = [
+    ["Model", r.model_description],
+    ["Precision", `${r.precision_recipe}: ${r.precision_description}`],
+    [
+      "Bytes per parameter",
+      `weights ${r.weight_bytes_per_parameter}, gradients ${r.gradient_bytes_per_parameter}, optimizer ${r.optimizer_bytes_per_parameter}`,
+    ],
+    ["Data parallel size", String(r.data_parallel_size)],
+    ["Optimizer step", r.optimizer_implementation],
+    ["Activations", `${r.activation_dtype}${r.attention_saves_scores ? ", attention scores saved" : ""}`],
+    ["trainmem", report.trainmem_version],
+  ];
+  section.replaceChildren(
+    el(doc, "h3", { text: "How trainmem read the setup" }),
+    el(doc, "dl", { class: "resolved" }, rows.flatMap(([term, value]) => [el(doc, "dt", { text: term }), el(doc, "dd", { text: value })])),
+  );
+}
+
+/** Render the compact view of the embed from a summary. */
+export function renderSummary(container, summary, title) {
+  const doc = container.ownerDocument;
+  part(container, "title", "p", { class: "embed-title" }).textContent = title;
+  renderVerdict(container, summary);
+  renderHeadline(container, summary, null);
+  chartSlot(
+    container,
+    "capacity",
+    "Peak per GPU against capacity",
+    `${formatBytes(summary.peak_total_bytes)} at the peak; ${formatBytes(summary.fit.usable_bytes)} usable of ${formatBytes(summary.fit.capacity_bytes)}.`,
+  );
+  renderCompactBreakdown(container, summary);
+  return doc;
+}

@@ -1,0 +1,160 @@
+// What the share buttons produce: a link, a `trainmem estimate` command, a Python snippet,
+// the JSON report and an iframe snippet for blog posts. Pure functions of the setup.
+
+import { flatten } from "./setup.js";
+
+/** Quote a word for a POSIX shell (single quotes, with embedded ones escaped). */
+export function shellQuote(text) {
+  return /^[A-Za-z0-9_./:=@%+-]+$/.test(text) ? text : `'${text.replaceAll("'", "'\\''")}'`;
+}
+
+// Flags of `trainmem estimate` (core/trainmem/cli.py) that set one field each.
+const VALUE_FLAGS = {
+  "model.preset": "--preset",
+  "model.num_parameters": "--num-parameters",
+  micro_batch_size: "--micro-batch-size",
+  sequence_length: "--seq-len",
+  gradient_accumulation_steps: "--grad-accum",
+  precision: "--precision",
+  "optimizer.name": "--optimizer",
+  "optimizer.implementation": "--optimizer-implementation",
+  activation_checkpointing: "--checkpointing",
+  attention: "--attention",
+  loss: "--loss",
+  headroom_fraction: "--headroom",
+  "parallelism.num_gpus": "--gpus",
+  "parallelism.tensor_parallel_size": "--tp",
+  "parallelism.pipeline_parallel_size": "--pp",
+  "parallelism.context_parallel_size": "--cp",
+  "parallelism.expert_parallel_size": "--ep",
+  gpu: "--gpu",
+  "gpu.memory_gib": "--gpu-memory-gib",
+  "runtime.device": "--device",
+};
+// Flags that switch a boolean field on.
+const SWITCH_FLAGS = {
+  "parallelism.sequence_parallel": "--sequence-parallel",
+  "parallelism.offload_optimizer": "--offload-optimizer",
+  "parallelism.offload_parameters": "--offload-params",
+};
+
+/** The flags for a minimal setup, or null when some field has no flag. */
+function cliFlags(minimal, full, schema) {
+  const words = [];
+  const handled = new Set();
+  const p = full.parallelism;
+  const tuning = full.finetuning;
+  const pairs = flatten(minimal, schema);
+  const has = (path) => pairs.some(([key]) => key === path);
+  // Data parallelism: --zero N implies strategy "zero"; --fsdp [STRATEGY] implies "fsdp".
+  if (has("parallelism.strategy") || has("parallelism.zero_stage") || has("parallelism.fsdp_sharding_strategy")) {
+    if (p.strategy === "zero") words.push("--zero", String(p.zero_stage));
+    else if (p.strategy === "fsdp") words.push("--fsdp", p.fsdp_sharding_strategy);
+    else if (!has("parallelism.fsdp_sharding_strategy")) words.push("--ddp");
+    else return null;
+    handled.add("parallelism.strategy").add("parallelism.zero_stage").add("parallelism.fsdp_sharding_strategy");
+  }
+  // Fine-tuning: --lora R / --qlora R, --lora-targets.
+  if (has("finetuning.method") || has("finetuning.lora.r") || has("finetuning.lora.target_modules")) {
+    if (tuning.method === "full") return null;
+    words.push(tuning.method === "qlora" ? "--qlora" : "--lora", String(tuning.lora.r));
+    if (has("finetuning.lora.target_modules")) {
+      const targets = tuning.lora.target_modules;
+      words.push("--lora-targets", shellQuote(Array.isArray(targets) ? targets.join(",") : targets));
+    }
+    handled.add("finetuning.method").add("finetuning.lora.r").add("finetuning.lora.target_modules");
+  }
+  for (const [path, value] of pairs) {
+    if (handled.has(path)) continue;
+    if (path === "gpu.name" && value === "custom") continue;
+    if (path in VALUE_FLAGS && value !== null && typeof value !== "object") {
+      words.push(VALUE_FLAGS[path], shellQuote(String(value)));
+    } else if (path in SWITCH_FLAGS && value === true) {
+      words.push(SWITCH_FLAGS[path]);
+    } else {
+      return null;
+    }
+  }
+  return words;
+}
+
+/**
+ * The `trainmem estimate` command for a setup: flags when they cover every field of the
+ * minimal setup, otherwise the minimal setup written to a file first.
+ */
+export function cliCommand(minimal, full, schema) {
+  const flags = cliFlags(minimal, full, schema);
+  if (flags) return ["trainmem", "estimate", ...flags].join(" ");
+  return `echo ${shellQuote(JSON.stringify(minimal))} > setup.json && trainmem estimate setup.json`;
+}
+
+/** A JSON value as a Python literal (True/False/None), indented like json.dumps(indent=4). */
+export function pythonLiteral(value, indent = 0) {
+  const pad = " ".repeat(indent);
+  const inner = " ".repeat(indent + 4);
+  if (value === null) return "None";
+  if (value === true) return "True";
+  if (value === false) return "False";
+  if (typeof value === "number") return Number.isFinite(value) ? String(value) : "None";
+  if (typeof value === "string") return JSON.stringify(value);
+  if (Array.isArray(value)) {
+    if (!value.length) return "[]";
+    return `[\n${value.map((item) => inner + pythonLiteral(item, indent + 4)).join(",\n")},\n${pad}]`;
+  }
+  const entries = Object.entries(value);
+  if (!entries.length) return "{}";
+  return `{\n${entries.map(([key, item]) => `${inner}${JSON.stringify(key)}: ${pythonLiteral(item, indent + 4)}`).join(",\n")},\n${pad}}`;
+}
+
+export function pythonSnippet(minimal) {
+  return [
+    "import trainmem",
+    "",
+    `report = trainmem.estimate(${pythonLiteral(minimal)})`,
+    "print(report.fit.message)",
+    'print(f"peak per GPU: {report.peak_total_bytes / 2**30:.2f} GiB")',
+    "",
+  ].join("\n");
+}
+
+/** Escape text for an HTML attribute value in a snippet the user pastes (never into our DOM). */
+function attribute(text) {
+  return text.replaceAll("&", "&amp;").replaceAll('"', "&quot;").replaceAll("<", "&lt;").replaceAll(">", "&gt;");
+}
+
+export function embedSnippet(url, title) {
+  return `<iframe src="${attribute(url)}" title="${attribute(title)}" width="100%" height="440" style="border:0;max-width:720px" loading="lazy"></iframe>`;
+}
+
+/** Base64url of UTF-8 JSON (compact result snapshots in embed links). */
+export function encodeSnapshot(value) {
+  const bytes = new TextEncoder().encode(JSON.stringify(value));
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+export function decodeSnapshot(text) {
+  try {
+    const binary = atob(text.replaceAll("-", "+").replaceAll("_", "/"));
+    const bytes = Uint8Array.from(binary, (c) => c.charCodeAt(0));
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    return null;
+  }
+}
+
+/** Copy text; resolves true on success. Falls back to selecting a text field for Ctrl+C. */
+export async function copyText(text, fallbackField) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    if (fallbackField) {
+      fallbackField.value = text;
+      fallbackField.focus();
+      fallbackField.select();
+    }
+    return false;
+  }
+}
