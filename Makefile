@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-core bench clean
+.PHONY: setup test test-core bench clean site serve bench-site lint-workflows
 
 setup: $(STAMP)
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml requirements-dev.txt
 test-core: setup
 	$(BIN)/python -m pytest -m "not browser"
 
-test: setup
+test: setup site lint-workflows
 	$(BIN)/python -m pytest
 
 bench: setup
@@ -27,3 +27,27 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build dist _site core/*.egg-info .pytest_cache .hypothesis
+
+# ---------------------------------------------------------------- web calculator
+# `make site` builds _site/ (npm ci in web/, the wheels, Pyodide, the pre-rendered page);
+# `make serve` builds it and serves it on http://127.0.0.1:$(PORT).
+PORT     ?= 8000
+NPM_STAMP := web/node_modules/.package-lock.json
+
+$(NPM_STAMP): web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NPM_STAMP)
+
+site: setup $(NPM_STAMP)
+	$(BIN)/python build_site.py
+
+serve: site
+	$(BIN)/python build_site.py --serve --no-build --port $(PORT)
+
+bench-site: site
+	$(BIN)/python benchmarks/bench_site.py
+
+# The GitHub workflows: schema-checked (check-jsonschema's bundled schema) and audited (zizmor), offline.
+lint-workflows: setup
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(BIN)/zizmor --offline --no-progress .github/workflows

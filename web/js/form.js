@@ -135,15 +135,21 @@ export class SetupForm {
     const testid = `input-${path}`;
     if (spec.kind === "select") {
       input = el(doc, "select", { id, name: path, "data-testid": testid });
+      // Option values are the field's values as text ("" for null), so the DOM says what is chosen.
       const values = spec.nullable ? [null, ...spec.values] : [...spec.values];
-      values.forEach((value, index) => {
+      const text = (value) => (value === null ? "" : String(value));
+      for (const value of values) {
         const label = spec.labels?.[value] ?? hint.options?.[String(value)] ?? (value === null ? "Default" : String(value));
-        input.append(el(doc, "option", { value: String(index), text: label }));
-      });
-      read = () => values[Number(input.value)];
+        input.append(el(doc, "option", { value: text(value), text: label }));
+      }
+      read = () => values.find((value) => text(value) === input.value) ?? input.value;
       write = (value) => {
-        const index = values.findIndex((candidate) => candidate === value);
-        input.value = String(index < 0 ? 0 : index);
+        if (value !== undefined && !values.some((candidate) => text(candidate) === text(value))) {
+          // A value from a link that the schema does not offer: keep it, so the core can name it.
+          input.append(el(doc, "option", { value: text(value), text: text(value) }));
+          values.push(value);
+        }
+        input.value = text(value ?? values[0]);
       };
     } else if (spec.kind === "checkbox") {
       input = el(doc, "input", { id, name: path, type: "checkbox", "data-testid": testid });
