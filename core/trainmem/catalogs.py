@@ -66,6 +66,8 @@ class OptimizerKind(FrozenModel):
     quantized_state_bits: Optional[int] = Field(description="8 for bitsandbytes 8-bit states; None for full precision.")
     temporaries: TemporariesRule
     paged: bool = Field(description="bitsandbytes paged optimizer: states in CUDA unified memory.")
+    scalar_state: Literal["none", "device", "host_unless_fused"] = Field(
+        default="none", description="A 0-dim fp32 state tensor per parameter, and where it lives.")
 
 
 @lru_cache(maxsize=None)

@@ -23,16 +23,19 @@ class EndTrace:
 
     saved_activation_bytes: int
     saved_weight_copy_bytes: int
+    cached_weight_copy_bytes: int
     forward_peak_bytes: int
     """Transient peak during the forward, above what was alive before (output and saved included)."""
     output_bytes: int
     backward_peak_bytes: int
+    backward_peak_grad_bytes: int
+    """Parameter gradients among backward_peak_bytes (they may not all exist yet at the peak)."""
     parameter_grad_bytes: int
     input_grad_bytes: int
 
 
 def trace_embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
-                    parameter_grads_exist: bool = False) -> EndTrace:
+                    parameter_grads_exist: bool = False, token_grad_exists: bool = False) -> EndTrace:
     """``embed_tokens(input_ids)`` (+ GPT-2's learned positions and dropout, Gemma's sqrt(h) scaling).
 
     The embedding output stays referenced by the model's forward (``inputs_embeds``) until the
@@ -40,9 +43,10 @@ def trace_embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels
     """
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     tokens, h = shape.stream_tokens, shape.hidden
-    weight = Sym(arch.vocab_size * h, kernels.weight_dtype, trainability.trains("embed_tokens"), "parameter")
+    weight = Sym(arch.vocab_size * h, kernels.weight_dtype, trainability.trains("embed_tokens"),
+                 "external" if token_grad_exists else "parameter")
     out = tape.new(tokens * h, kernels.weight_dtype, weight.requires_grad)
-    tape.record("embedding", [Sym(tokens, "int64", False)], [weight], [out])
+    tape.record("embedding", [Sym(tokens, "int64", False, "external")], [weight], [out])  # saves input_ids itself
     if arch.position_embedding == "learned":
         positions = Sym(arch.max_position_embeddings * h, kernels.weight_dtype, trainability.trains("wpe"), "parameter")
         position_out = tape.new(shape.seq * h, kernels.weight_dtype, positions.requires_grad)
@@ -58,9 +62,11 @@ def trace_embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels
     return EndTrace(
         saved_activation_bytes=tape.saved_bytes(("activation",)),
         saved_weight_copy_bytes=0,
+        cached_weight_copy_bytes=0,
         forward_peak_bytes=tape.peak_live_bytes,
         output_bytes=tape.live_bytes() - tape.saved_bytes(("activation",)),
         backward_peak_bytes=replay.peak_bytes,
+        backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
         parameter_grad_bytes=replay.parameter_grad_bytes,
         input_grad_bytes=0,
     )
@@ -131,9 +137,11 @@ def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool) -> EndTrace:
     return EndTrace(
         saved_activation_bytes=saved,
         saved_weight_copy_bytes=tape.saved_bytes(("weight_copy",)),
+        cached_weight_copy_bytes=tape.cached_weight_copy_bytes,
         forward_peak_bytes=tape.peak_live_bytes,
         output_bytes=loss.nbytes,
         backward_peak_bytes=replay.peak_bytes,
+        backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
         parameter_grad_bytes=replay.parameter_grad_bytes,
         input_grad_bytes=replay.input_grad_bytes,
     )

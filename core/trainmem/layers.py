@@ -261,45 +261,45 @@ class LayerProgram:
         return out
 
     def _attention_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
-        """The attention kernel; returns the tensor fed to the output projection."""
+        """The attention kernel; returns the tensor fed to the output projection.
+
+        Fused kernels save q, k, v, the output and the log-sum-exp. The eager path
+        (transformers' ``eager_attention_forward``) saves q and kᵀ (after ``repeat_kv`` and
+        autocast's casts), the softmax result, the probabilities fed to the second matmul
+        (cast, dropped out) and v; Llama-family code asks for an fp32 softmax and casts it
+        back to the query's dtype, GPT-2 casts to the value's dtype. SDPA's math fallback was
+        measured to save what eager saves (torch 2.13, CPU).
+        """
         arch, shape, tape, kernel = self.arch, self.shape, self.tape, self.kernels.attention
         lse_numel = shape.batch * shape.heads * shape.seq
         dropout = arch.attention_dropout
         if kernel == "fused":
-            out = tape.fused_attention(q, k, v, lse_numel, dropout > 0)
-            if self.kernels.selective_recompute:
-                pass  # a fused kernel saves no s×s tensor: nothing to recompute
-            return out  # laid out (b, s, a, d): the reshape for o_proj is a view
+            return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d): no copy
         groups = shape.heads // shape.kv_heads
         if groups > 1:  # repeat_kv: expand + reshape copies
             k = tape.copy(k, k.numel * groups)
             v = tape.copy(v, v.numel * groups)
-        scores_numel = shape.batch * shape.heads * shape.seq * shape.kv_seq
         first_saved = len(tape.saved_storages)
-        if kernel == "math":
-            q = tape.scale(q)  # SDPA's math path scales q and k by sqrt(scale) before the product
-            k = tape.scale(k)
-        scores = tape.matmul(q, k, scores_numel)
-        if kernel == "math":
-            tape.release(q, k)
+        scores = tape.matmul(q, k, shape.batch * shape.heads * shape.seq * shape.kv_seq)
         scaled = tape.scale(scores)
         tape.release(scores)
-        if arch.attn_logit_softcapping:
-            capped = tape.unary_saving_result("tanh", tape.scale(scaled))
+        if arch.attn_logit_softcapping:  # Gemma 2: tanh(scores / cap) * cap
+            divided = tape.scale(scaled)
             tape.release(scaled)
+            capped = tape.unary_saving_result("tanh", divided)
+            tape.release(divided)
             scaled = tape.scale(capped)
-        if self.kernels.device == "cuda" or kernel == "eager":
-            masked = tape.scale(scaled)  # + causal mask (a new tensor; add saves nothing)
+            tape.release(capped)
+        if kernel == "eager" and arch.model_type != "gpt2":
+            masked = tape.scale(scaled)  # + the 4-D causal mask (a new tensor; add saves nothing)
             tape.release(scaled)
-            scaled = masked
-        probs = tape.unary_saving_result("softmax", self._softmax_input(scaled))
-        tape.release(scaled)
-        if arch.model_type != "gpt2" and probs.dtype != q.dtype and kernel == "eager":
-            cast = tape.to(probs, q.dtype)  # softmax(..., dtype=float32).to(query.dtype)
-        elif arch.model_type == "gpt2":
-            cast = tape.to(probs, v.dtype)  # attn_weights.type(value.dtype)
+            probs = tape.unary_saving_result("softmax", masked, dtype="fp32")
+            tape.release(masked)
+            cast = tape.to(probs, q.dtype)
         else:
-            cast = probs
+            probs = tape.unary_saving_result("softmax", scaled)
+            tape.release(scaled)
+            cast = tape.to(probs, v.dtype)
         dropped = tape.dropout(cast, dropout)
         context = tape.matmul(dropped, v, q.numel)
         tape.release(probs, cast, dropped)
@@ -310,9 +310,6 @@ class LayerProgram:
         if self.kernels.selective_recompute:
             self._forget_saved_since(first_saved, keep=(q, k, v))
         return out
-
-    def _softmax_input(self, scores: Sym) -> Sym:
-        return scores
 
     def _forget_saved_since(self, first_index: int, keep: tuple[Sym, ...]) -> None:
         """Selective recomputation (Korthikanti et al. 2022): the attention core keeps only q, k, v."""
@@ -490,11 +487,15 @@ class LayerTrace:
     """Tensors saved for backward (activations)."""
     saved_weight_copy_bytes: int
     """Autocast low-precision copies of weights saved for backward (reported under parameters)."""
+    cached_weight_copy_bytes: int
+    """All of autocast's cached weight casts (saved or not): alive until the autocast region exits."""
     output_bytes: int
     """The layer's output (the next layer's input)."""
     backward_peak_bytes: int
     """Peak during backward, above what was alive before, including this layer's saved tensors
     and the new parameter gradients."""
+    backward_peak_grad_bytes: int
+    """Parameter gradients among backward_peak_bytes (they may not all exist yet at the peak)."""
     parameter_grad_bytes: int
     """Parameter gradients this layer's backward leaves in ``.grad``."""
     input_grad_bytes: int
@@ -517,13 +518,16 @@ def trace_layer(arch: Architecture, shape: LayerShape, kernels: LayerKernels, tr
     tape.release(x)
     activations = tape.saved_bytes(("activation",))
     weight_copies = tape.saved_bytes(("weight_copy",))
+    cached_copies = tape.cached_weight_copy_bytes
     replay = tape.backward([out], parameter_grads_exist)
     return LayerTrace(
         saved_activation_bytes=activations,
         saved_weight_copy_bytes=weight_copies,
+        cached_weight_copy_bytes=cached_copies,
         forward_peak_bytes=peak_forward - x.nbytes,
         output_bytes=out.nbytes,
         backward_peak_bytes=replay.peak_bytes,
+        backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
         parameter_grad_bytes=replay.parameter_grad_bytes,
         input_grad_bytes=replay.input_grad_bytes,
         input_saved=input_saved,

@@ -89,5 +89,10 @@ def step_temporaries(kind: OptimizerKind, implementation: str, tensors: list[Tra
     if implementation == "foreach" and not kind.factored_second_moment:
         all_bytes = sum(t.numel * t.count for t in tensors) * value_bytes // shard_factor
         return StepTemporaries(int(rule * all_bytes), f"{rule:g}× all parameters (foreach)")
-    largest = max(t.numel for t in tensors) * value_bytes // shard_factor
-    return StepTemporaries(int(rule * largest), f"{rule:g}× the largest parameter ({implementation})")
+    largest_tensor = max(tensors, key=lambda t: t.numel)
+    largest = largest_tensor.numel * value_bytes // shard_factor
+    extra = 0
+    if kind.factored_second_moment and len(largest_tensor.shape) >= 2:
+        # Adafactor's _approx_sq_grad also builds the row and column factors of that tensor.
+        extra = (largest_tensor.shape[0] + largest_tensor.numel // largest_tensor.shape[0]) * value_bytes
+    return StepTemporaries(int(rule * largest) + extra, f"{rule:g}× the largest parameter ({implementation})")

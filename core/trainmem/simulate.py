@@ -143,7 +143,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         no_grad = _cached_layer(arch, shape, replace(kernels, lora_rank=0), frozen, False, False)
     # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
     tied_grad_exists = arch.tie_word_embeddings and stage.has_head and embedding_trains
-    embedding = (trace_embedding(arch, shape, kernels, trainability, grads_exist or tied_grad_exists)
+    embedding = (trace_embedding(arch, shape, kernels, trainability, grads_exist, tied_grad_exists)
                  if stage.has_embedding else None)
     head = None
     if stage.has_head:
@@ -235,6 +235,10 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_ in adapters]
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
     states = state_bytes(plan.optimizer, tensors, state_dtype) // sharding.optimizer
+    scalar = plan.optimizer.scalar_state
+    if scalar == "device" or (scalar == "host_unless_fused" and
+                              (plan.device == "cpu" or plan.optimizer_implementation == "fused")):
+        states += 4 * (sum(s.count for s in trainable) + 2 * sum(layers_ for _, _, layers_ in adapters))
     master = trainable_numel * 4 // sharding.optimizer if precision.master_weights and not plan.lora else 0
     temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, tensors, state_dtype,
                                    sharding.optimizer)
@@ -337,6 +341,7 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     parallel = plan.parallel
     account.set("parameters", "weights", states.weights, states.weights_detail)
     account.set("parameters", "LoRA adapters", states.adapters, "fp32 adapters (PEFT upcasts them)")
+    account.set("parameters", "buffers", _buffer_bytes(plan), "RoPE inv_freq and original_inv_freq")
     account.set("optimizer_states", "master weights", states.master_weights, "fp32 copy of the trainable weights")
     account.set("optimizer_states", "optimizer states", states.optimizer_states, states.optimizer_detail)
     if plan.precision.recipe == "bf16-master-weights-fp32-grads":
@@ -350,7 +355,19 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     if parallel.strategy == "zero" and parallel.zero_stage == 3:
         account.set("parameters", "persistent gathered parameters", _persistent_small_params(plan),
                     "parameters under stage3_param_persistence_threshold stay gathered")
+    setup = plan.setup
+    account.set("activations", "input batch", setup.micro_batch_size * setup.sequence_length * 8,
+                "token ids (int64), also used as labels")
     account.record("step start", "start", 1)
+
+
+def _buffer_bytes(plan: Plan) -> int:
+    """Non-parameter tensors of the model: transformers' rotary embedding keeps ``inv_freq`` and
+    ``original_inv_freq`` (head_dim / 2 values each, converted with the model's dtype)."""
+    arch = plan.architecture
+    if arch is None or arch.position_embedding != "rope":
+        return 0
+    return 2 * (arch.resolved_head_dim // 2) * DTYPE_BYTES[plan.precision.stored_weight_dtype]
 
 
 def _persistent_small_params(plan: Plan) -> int:
@@ -411,6 +428,7 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
         account.record("embedding" + suffix, "forward", micro_batch)
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
+    account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
     for index in range(stage.num_layers):
         trace = traces.first_layer if index == 0 else traces.layer
         if gathered:
@@ -422,6 +440,8 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
         input_kept = recompute or trace.input_saved
         account.add("activations", saved_name, saved)
         account.add("parameters", copies_name, copies, copies_detail)
+        account.add("parameters", "autocast cache", trace.cached_weight_copy_bytes - copies,
+                    "weight casts autocast keeps until the forward's autocast region exits")
         if index == 0 and embedding is not None and input_kept:
             account.add("activations", "embedding output", -stream)  # now counted among the saved tensors
         account.set("activations", "hidden state", trace.output_bytes, "the current layer's input")
@@ -436,10 +456,11 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
                         head.forward_peak_bytes - account.get("activations", "hidden state")})
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
+        account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
         account.add("activations", "saved by the loss head", head.saved_activation_bytes,
                     "the final norm's tensors and the fp32 log-softmax of the logits")
         account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
-        new_grads = 0 if grads_exist else head.parameter_grad_bytes
+        new_grads = 0 if grads_exist else head.backward_peak_grad_bytes
         account.record("loss backward" + suffix, "backward", micro_batch,
                        {("activations", "logits and loss temporaries"): head.backward_peak_bytes
                         - head.saved_activation_bytes - head.saved_weight_copy_bytes - new_grads,
@@ -451,6 +472,7 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
     else:  # a pipeline stage without the head receives its output gradient from the next stage
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
+        account.set("parameters", "autocast cache", 0)
     account.set("activations", "activation gradient", stream, "the gradient flowing back between layers")
 
     # ---- backward through the layers
@@ -459,7 +481,7 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
         if gathered:
             account.set("parameters", "gathered weights", gathered, gathered_detail)
         saved, copies = kept_by(trace)
-        new_grads = 0 if grads_exist else trace.parameter_grad_bytes
+        new_grads = 0 if grads_exist else trace.backward_peak_grad_bytes
         if recompute:  # the layer's forward runs again, then its backward: its saved tensors exist again
             peak = max(trace.forward_peak_bytes, trace.backward_peak_bytes - stream)
             working = peak - saved - new_grads
@@ -478,7 +500,7 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
         account.set("parameters", "gathered weights", 0)
 
     if embedding is not None:
-        new_grads = 0 if grads_exist else embedding.parameter_grad_bytes
+        new_grads = 0 if grads_exist else embedding.backward_peak_grad_bytes
         account.record("embedding backward" + suffix, "backward", micro_batch,
                        {("activations", "backward working memory"): embedding.backward_peak_bytes
                         - embedding.saved_activation_bytes - stream - new_grads,
@@ -486,9 +508,19 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
         if not grads_exist:
             account.add("gradients", "gradients", _stored(plan, states.gradients_embedding, embedding.parameter_grad_bytes))
     account.set("activations", saved_name, 0)
+    account.set("activations", "rotary cos/sin", 0)
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)
+
+
+def _rotary_bytes(plan: Plan) -> int:
+    """RoPE's cos and sin, (1, s, d) each in the residual stream's dtype, computed once per forward."""
+    arch = plan.architecture
+    if arch is None or arch.position_embedding != "rope":
+        return 0
+    seq = plan.setup.sequence_length // plan.parallel.context_parallel_size
+    return 2 * seq * arch.resolved_head_dim * DTYPE_BYTES[plan.precision.stream_dtype]
 
 
 def _stored(plan: Plan, stored: int, produced: int) -> int:

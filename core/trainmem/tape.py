@@ -44,7 +44,7 @@ AUTOCAST_LOW = {
 }
 AUTOCAST_FP32 = {
     "cuda": {"layer_norm", "softmax", "log_softmax", "pow", "rsqrt", "nll_loss", "cross_entropy", "sum", "exp"},
-    "cpu": {"nll_loss"},
+    "cpu": {"softmax", "log_softmax", "nll_loss"},  # softmax: measured with torch 2.13 (CPU autocast)
 }
 
 _ids = itertools.count()
@@ -53,9 +53,10 @@ _ids = itertools.count()
 class Sym:
     """A symbolic tensor: how many elements, which dtype, whether autograd tracks it."""
 
-    __slots__ = ("numel", "dtype", "requires_grad", "tag", "uid", "storage")
+    __slots__ = ("numel", "dtype", "requires_grad", "tag", "uid", "storage", "storage_nbytes")
 
-    def __init__(self, numel: int, dtype: str, requires_grad: bool, tag: str = "activation", storage: Optional[int] = None):
+    def __init__(self, numel: int, dtype: str, requires_grad: bool, tag: str = "activation", storage: Optional[int] = None,
+                 storage_nbytes: Optional[int] = None):
         self.numel = numel
         self.dtype = dtype
         self.requires_grad = requires_grad
@@ -66,6 +67,8 @@ class Sym:
         self.uid = next(_ids)
         self.storage = self.uid if storage is None else storage
         """Views share the storage id of their base, so a view saved twice is counted once."""
+        self.storage_nbytes = numel * DTYPE_BYTES[dtype] if storage_nbytes is None else storage_nbytes
+        """Bytes of the whole storage: a saved view keeps all of its base alive."""
 
     @property
     def nbytes(self) -> int:
@@ -73,7 +76,8 @@ class Sym:
 
     def view(self, numel: Optional[int] = None) -> "Sym":
         """A view (reshape, transpose, slice): same storage, no new memory."""
-        return Sym(self.numel if numel is None else numel, self.dtype, self.requires_grad, self.tag, self.storage)
+        return Sym(self.numel if numel is None else numel, self.dtype, self.requires_grad, self.tag, self.storage,
+                   self.storage_nbytes)
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Sym({self.numel}×{self.dtype}, grad={self.requires_grad}, {self.tag})"
@@ -108,6 +112,11 @@ class Tape:
     peak_live_bytes: int = 0
     _weight_cache: dict[int, Sym] = field(default_factory=dict)
 
+    @property
+    def cached_weight_copy_bytes(self) -> int:
+        """Bytes of autocast's cached weight casts: alive until the autocast region exits."""
+        return sum(copy.storage_nbytes for copy in self._weight_cache.values())
+
     # ------------------------------------------------------------------ bookkeeping
     def new(self, numel: int, dtype: str, requires_grad: bool, tag: str = "activation") -> Sym:
         tensor = Sym(numel, dtype, requires_grad, tag)
@@ -121,7 +130,7 @@ class Tape:
             self.peak_live_bytes = live
 
     def live_bytes(self) -> int:
-        return sum(t.nbytes for t in self.live.values())
+        return sum(t.storage_nbytes for t in self.live.values())
 
     def release(self, *tensors: Sym) -> None:
         """The forward code drops its reference; memory is freed unless a node saved it."""
@@ -144,7 +153,7 @@ class Tape:
         self._update_peak()
 
     def saved_bytes(self, tags: tuple[str, ...] = ("activation",)) -> int:
-        return sum(t.nbytes for t in self.saved_storages.values() if t.tag in tags)
+        return sum(t.storage_nbytes for t in self.saved_storages.values() if t.tag in tags)
 
     # ------------------------------------------------------------------ dtype rules
     def _cast_for(self, op: str, tensor: Sym) -> Sym:
@@ -182,24 +191,35 @@ class Tape:
 
     # ------------------------------------------------------------------ ops
     def linear(self, x: Sym, weight: Sym, out_features: int, bias: Optional[Sym] = None) -> Sym:
-        """``F.linear``: saves the (cast) input if the weight trains, the (cast) weight if x needs grad."""
+        """``F.linear`` / ``addmm``: saves the (cast) input if the weight trains, the (cast) weight if
+        x needs grad. Under autocast the weight and the bias are cast (and cached, when they train)."""
         x_in = self._cast_for("linear", x)
         w_in = self._cast_for("linear", weight)
+        b_in = self._cast_for("linear", bias) if bias is not None else None
         rows = x.numel // (weight.numel // out_features)
         out = self.new(rows * out_features, w_in.dtype if self.autocast is None else x_in.dtype,
                        x.requires_grad or weight.requires_grad or bool(bias and bias.requires_grad))
         self.record(
             "linear",
             [x_in if weight.requires_grad else None, w_in if x.requires_grad else None],
-            [x, weight] + ([bias] if bias is not None else []),
+            [x_in, w_in] + ([b_in] if b_in is not None else []),
             [out],
         )
+        self._release_casts((x_in, x), (w_in, weight), (b_in, bias))
         return out
+
+    def _release_casts(self, *pairs: tuple[Optional[Sym], Optional[Sym]]) -> None:
+        """Drop autocast's per-call casts once the op is done (cached and saved ones stay)."""
+        cached = {copy.uid for copy in self._weight_cache.values()}
+        for cast, original in pairs:
+            if cast is not None and cast is not original and cast.uid not in cached:
+                self.release(cast)
 
     def matmul(self, a: Sym, b: Sym, out_numel: int) -> Sym:
         a_in, b_in = self._cast_for("matmul", a), self._cast_for("matmul", b)
         out = self.new(out_numel, a_in.dtype, a.requires_grad or b.requires_grad)
-        self.record("matmul", [a_in if b.requires_grad else None, b_in if a.requires_grad else None], [a, b], [out])
+        self.record("matmul", [a_in if b.requires_grad else None, b_in if a.requires_grad else None], [a_in, b_in], [out])
+        self._release_casts((a_in, a), (b_in, b))
         return out
 
     def mul(self, a: Sym, b: Sym) -> Sym:
@@ -226,10 +246,11 @@ class Tape:
         self.record(op, [x_in], [x], [out])
         return out
 
-    def unary_saving_result(self, op: str, x: Sym) -> Sym:
-        """tanh, rsqrt, softmax, log_softmax: the output is new and saved."""
-        x_in = self._cast_for(op, x)
-        out = self.new(x.numel, x_in.dtype, x.requires_grad)
+    def unary_saving_result(self, op: str, x: Sym, dtype: Optional[str] = None) -> Sym:
+        """tanh, rsqrt, softmax, log_softmax: the output is new and saved. ``dtype`` is an explicit
+        output dtype (``softmax(x, dtype=torch.float32)``), which autocast leaves alone."""
+        x_in = x if dtype is not None else self._cast_for(op, x)
+        out = self.new(x.numel, dtype or x_in.dtype, x.requires_grad)
         self.record(op, [out], [x], [out])
         return out
 
@@ -249,7 +270,7 @@ class Tape:
 
     def split(self, x: Sym, sizes: list[int]) -> list[Sym]:
         """``split``/``chunk``: views of ``x``; backward concatenates their gradients into one of x's size."""
-        parts = [Sym(size, x.dtype, x.requires_grad, x.tag, x.storage) for size in sizes]
+        parts = [Sym(size, x.dtype, x.requires_grad, x.tag, x.storage, x.storage_nbytes) for size in sizes]
         self.record("split", [], [x], parts)
         return parts
 
@@ -279,7 +300,8 @@ class Tape:
         q_in, k_in, v_in = (self._cast_for("sdpa", t) for t in (q, k, v))
         out = self.new(q.numel, q_in.dtype, True)
         lse = Sym(lse_numel, "fp32", False)
-        self.record("sdpa_fused", [q_in, k_in, v_in, out, lse], [q, k, v], [out])
+        self.record("sdpa_fused", [q_in, k_in, v_in, out, lse], [q_in, k_in, v_in], [out])
+        self._release_casts((q_in, q), (k_in, k), (v_in, v))
         return out
 
     def cross_entropy(self, logits: Sym, rows: int) -> Sym:
@@ -307,6 +329,8 @@ class BackwardReplay:
 
     peak_bytes: int
     """Highest live bytes: saved tensors not yet released, activation gradients, parameter gradients."""
+    peak_parameter_grad_bytes: int
+    """The parameter gradients (new or being accumulated) among ``peak_bytes``."""
     parameter_grad_bytes: int
     """Gradients of the tape's parameters that remain as ``.grad`` afterwards (0 when they already existed)."""
     input_grad_bytes: int
@@ -325,7 +349,7 @@ class BackwardReplay:
                 if tensor.tag not in NOT_NEW_MEMORY:
                     pending_saves[tensor.storage] = pending_saves.get(tensor.storage, 0) + 1
         saved_live = dict(tape.saved_storages)
-        saved_bytes = sum(t.nbytes for t in saved_live.values())
+        saved_bytes = sum(t.storage_nbytes for t in saved_live.values())
         grads: dict[int, int] = {}  # uid of a tensor -> bytes of its gradient
         for grad in output_grads:
             grads[grad.uid] = grads.get(grad.uid, 0) + grad.nbytes
@@ -333,27 +357,31 @@ class BackwardReplay:
         param_grad_bytes = 0
         seen_params: set[int] = set()
         peak = saved_bytes + grad_bytes
+        peak_param_bytes = 0
         for node in reversed(tape.nodes):
             if not any(out.uid in grads for out in node.outputs):
                 continue  # no gradient reaches this node: the engine never runs it
-            new_bytes = node.extra_backward_bytes
-            transient_bytes = 0
+            new_activation_grads = node.extra_backward_bytes
+            new_param_grads = 0
+            transient_param_grads = 0
             for tensor in node.grad_inputs:
                 size = tensor.numel * DTYPE_BYTES[tensor.dtype]
                 if tensor.tag == "parameter":
-                    if tensor.uid in seen_params:
-                        transient_bytes += size  # a second use: accumulated, then freed
-                    elif parameter_grads_exist:
-                        transient_bytes += size
+                    if tensor.uid in seen_params or parameter_grads_exist:
+                        transient_param_grads += size  # computed, added into the existing .grad, freed
                     else:
-                        param_grad_bytes += size
+                        new_param_grads += size
                     seen_params.add(tensor.uid)
                 elif tensor.uid in grads:
-                    transient_bytes += size  # a second consumer: summed into the existing gradient
+                    new_activation_grads += size  # a second consumer: summed into the existing gradient
                 else:
                     grads[tensor.uid] = size
                     grad_bytes += size
-            peak = max(peak, saved_bytes + grad_bytes + param_grad_bytes + new_bytes + transient_bytes)
+            param_grad_bytes += new_param_grads
+            total = saved_bytes + grad_bytes + new_activation_grads + param_grad_bytes + transient_param_grads
+            if total > peak:
+                peak = total
+                peak_param_bytes = param_grad_bytes + transient_param_grads
             for out in node.outputs:
                 grad_bytes -= grads.pop(out.uid, 0)
             for tensor in node.saved:
@@ -361,5 +389,6 @@ class BackwardReplay:
                     continue
                 pending_saves[tensor.storage] -= 1
                 if pending_saves[tensor.storage] == 0 and tensor.storage in saved_live:
-                    saved_bytes -= saved_live.pop(tensor.storage).nbytes
-        return cls(peak_bytes=peak, parameter_grad_bytes=param_grad_bytes, input_grad_bytes=grad_bytes)
+                    saved_bytes -= saved_live.pop(tensor.storage).storage_nbytes
+        return cls(peak_bytes=peak, peak_parameter_grad_bytes=peak_param_bytes,
+                   parameter_grad_bytes=param_grad_bytes, input_grad_bytes=grad_bytes)
