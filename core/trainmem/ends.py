@@ -117,7 +117,7 @@ def trace_chunked_loss_head(arch: Architecture, shape: LayerShape, kernels: Laye
     grad_weight = Sym(vocab_per_rank * h, kernels.weight_dtype, False) if head_trains else None
     rows = -(-shape.tokens // chunks)
     for tensor in filter(None, (grad_input, grad_weight)):
-        tape.live[tensor.storage] = tensor
+        tape.keep(tensor)
     chunk_logits = tape.new(rows * vocab_per_rank, compute, False)
     chunk_fp32 = tape.new(rows * vocab_per_rank, "fp32", False)
     tape.release(chunk_logits, chunk_fp32)

@@ -318,8 +318,8 @@ class LayerProgram:
         for storage in storages:
             if storage in kept:
                 continue
-            self.tape.saved_storages.pop(storage)
-            self.tape.live.pop(storage, None)
+            tensor = self.tape.saved_storages.pop(storage)
+            self.tape.release(tensor)
             for node in self.tape.nodes:
                 node.saved = [t for t in node.saved if t.storage != storage]
 

@@ -23,7 +23,6 @@ the timeline repeats its numbers; the timeline still has one point per layer and
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Optional
 
 from .ends import EndTrace, trace_chunked_loss_head, trace_embedding, trace_loss_head
@@ -133,44 +132,55 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     shape = _shape(plan)
     kernels = _kernels(plan, selective=checkpointing == "selective")
     trainability = Trainability(plan.module_trains, plan.has_adapter)
+    key = (arch, shape, kernels, _trainability_key(trainability), grads_exist)
     embedding_trains = plan.module_trains("wte" if arch.model_type == "gpt2" else "embed_tokens")
-    layer = _cached_layer(arch, shape, kernels, trainability, True, grads_exist)
+    layer = _cached(("layer", key, True), lambda: trace_layer(arch, shape, kernels, trainability, True, grads_exist))
     first_input_grad = embedding_trains or checkpointing != "none" or not stage.has_embedding
-    first = layer if first_input_grad else _cached_layer(arch, shape, kernels, trainability, False, grads_exist)
+    first = layer if first_input_grad else _cached(
+        ("layer", key, False), lambda: trace_layer(arch, shape, kernels, trainability, False, grads_exist))
     no_grad = None
     if checkpointing == "full":
         frozen = Trainability(lambda module: False, lambda module: False)
-        no_grad = _cached_layer(arch, shape, replace(kernels, lora_rank=0), frozen, False, False)
-    # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
-    tied_grad_exists = arch.tie_word_embeddings and stage.has_head and embedding_trains
-    embedding = (trace_embedding(arch, shape, kernels, trainability, grads_exist, tied_grad_exists)
-                 if stage.has_embedding else None)
+        plain = replace(kernels, lora_rank=0)
+        no_grad = _cached(("no_grad", arch, shape, plain),
+                          lambda: trace_layer(arch, shape, plain, frozen, False, False))
+    embedding = None
+    if stage.has_embedding:
+        # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
+        tied = arch.tie_word_embeddings and stage.has_head and embedding_trains
+        embedding = _cached(("embedding", key, tied),
+                            lambda: trace_embedding(arch, shape, kernels, trainability, grads_exist, tied))
     head = None
     if stage.has_head:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         if plan.setup.loss == "chunked":
-            head = trace_chunked_loss_head(arch, shape, kernels, trainability, vocab, plan.setup.loss_chunks, grads_exist)
+            chunks = plan.setup.loss_chunks
+            head = _cached(("chunked_head", key, vocab, chunks), lambda: trace_chunked_loss_head(
+                arch, shape, kernels, trainability, vocab, chunks, grads_exist))
         else:
-            head = trace_loss_head(arch, shape, kernels, trainability, vocab, grads_exist)
+            head = _cached(("head", key, vocab),
+                           lambda: trace_loss_head(arch, shape, kernels, trainability, vocab, grads_exist))
     return _Traces(layer, first, no_grad, embedding, head)
 
 
-def _cached_layer(arch, shape, kernels, trainability, input_requires_grad, grads_exist) -> LayerTrace:
-    return _layer_cache(arch, shape, kernels, _TrainabilityKey.of(trainability, arch), input_requires_grad, grads_exist,
-                        trainability)
+_TRACE_CACHE: dict[tuple, object] = {}
+_TRACE_CACHE_SIZE = 512
 
 
-@dataclass(frozen=True)
-class _TrainabilityKey:
-    """A hashable summary of a Trainability over the modules of one layer (for caching traces)."""
+def _cached(key: tuple, compute):
+    """Traces are pure functions of their key; estimates that differ only in parallelism,
+    optimizer or GPU reuse them."""
+    found = _TRACE_CACHE.get(key)
+    if found is None:
+        if len(_TRACE_CACHE) >= _TRACE_CACHE_SIZE:
+            _TRACE_CACHE.clear()
+        found = _TRACE_CACHE[key] = compute()
+    return found
 
-    trains: tuple[bool, ...]
-    adapters: tuple[bool, ...]
 
-    @classmethod
-    def of(cls, trainability: Trainability, arch) -> "_TrainabilityKey":
-        modules = _LAYER_MODULES
-        return cls(tuple(trainability.trains(m) for m in modules), tuple(trainability.has_adapter(m) for m in modules))
+def _trainability_key(trainability: Trainability) -> tuple:
+    """A hashable summary of which of a layer's modules train or carry adapters."""
+    return tuple((trainability.trains(m), trainability.has_adapter(m)) for m in _LAYER_MODULES)
 
 
 _LAYER_MODULES = (
@@ -181,11 +191,6 @@ _LAYER_MODULES = (
     "mlp.gate", "mlp.experts", "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
     "mlp.shared_expert.down_proj", "mlp.shared_expert_gate", "norm", "ln_f", "embed_tokens", "wte", "wpe", "lm_head",
 )
-
-
-@lru_cache(maxsize=256)
-def _layer_cache(arch, shape, kernels, key, input_requires_grad, grads_exist, trainability) -> LayerTrace:
-    return trace_layer(arch, shape, kernels, trainability, input_requires_grad, grads_exist)
 
 
 # ---------------------------------------------------------------------------- model states
@@ -429,20 +434,20 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
-    for index in range(stage.num_layers):
-        trace = traces.first_layer if index == 0 else traces.layer
-        if gathered:
-            account.set("parameters", "gathered weights", gathered, gathered_detail)
+    if gathered:
+        account.set("parameters", "gathered weights", gathered, gathered_detail)
+    cache_detail = "weight casts autocast keeps until the forward's autocast region exits"
+    account.details[("parameters", copies_name)] = copies_detail
+    account.details[("parameters", "autocast cache")] = cache_detail
+    for index, trace in enumerate((traces.first_layer, traces.layer)[: stage.num_layers]):
         working = traces.no_grad_layer.forward_peak_bytes if recompute else trace.forward_peak_bytes
-        account.record(f"layer {index} forward" + suffix, "forward", micro_batch,
-                       {("activations", "layer working memory"): working})
         saved, copies = kept_by(trace)
-        input_kept = recompute or trace.input_saved
-        account.add("activations", saved_name, saved)
-        account.add("parameters", copies_name, copies, copies_detail)
-        account.add("parameters", "autocast cache", trace.cached_weight_copy_bytes - copies,
-                    "weight casts autocast keeps until the forward's autocast region exits")
-        if index == 0 and embedding is not None and input_kept:
+        delta = {("activations", saved_name): saved, ("parameters", copies_name): copies,
+                 ("parameters", "autocast cache"): trace.cached_weight_copy_bytes - copies}
+        labels = ([f"layer 0 forward{suffix}"] if index == 0 else
+                  [f"layer {i} forward{suffix}" for i in range(1, stage.num_layers)])
+        account.record_series(labels, "forward", micro_batch, {("activations", "layer working memory"): working}, delta)
+        if index == 0 and embedding is not None and (recompute or trace.input_saved):
             account.add("activations", "embedding output", -stream)  # now counted among the saved tensors
         account.set("activations", "hidden state", trace.output_bytes, "the current layer's input")
     if gathered:
@@ -475,11 +480,12 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
         account.set("parameters", "autocast cache", 0)
     account.set("activations", "activation gradient", stream, "the gradient flowing back between layers")
 
-    # ---- backward through the layers
-    for index in reversed(range(stage.num_layers)):
-        trace = traces.first_layer if index == 0 else traces.layer
-        if gathered:
-            account.set("parameters", "gathered weights", gathered, gathered_detail)
+    # ---- backward through the layers, last first
+    if gathered:
+        account.set("parameters", "gathered weights", gathered, gathered_detail)
+    for index, trace in ((1, traces.layer), (0, traces.first_layer)):
+        labels = ([f"layer {i} backward{suffix}" for i in reversed(range(1, stage.num_layers))] if index else
+                  [f"layer 0 backward{suffix}"] if stage.num_layers else [])
         saved, copies = kept_by(trace)
         new_grads = 0 if grads_exist else trace.backward_peak_grad_bytes
         if recompute:  # the layer's forward runs again, then its backward: its saved tensors exist again
@@ -488,14 +494,13 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
         else:
             working = trace.backward_peak_bytes - saved - copies - stream - new_grads
         reduce_scratch = trace.parameter_grad_bytes if plan.sharding.gradients > 1 else 0
-        account.record(f"layer {index} backward" + suffix, "backward", micro_batch,
-                       {("activations", "backward working memory"): working,
-                        ("gradients", "gradients"): new_grads,
-                        ("overhead", "reduce-scatter buffer"): reduce_scratch})
-        account.add("activations", saved_name, -saved)
-        account.add("parameters", copies_name, -copies)
-        if not grads_exist:
-            account.add("gradients", "gradients", _stored(plan, states.gradients_per_layer, trace.parameter_grad_bytes))
+        stored = 0 if grads_exist else _stored(plan, states.gradients_per_layer, trace.parameter_grad_bytes)
+        account.record_series(
+            labels, "backward", micro_batch,
+            {("activations", "backward working memory"): working, ("gradients", "gradients"): new_grads,
+             ("overhead", "reduce-scatter buffer"): reduce_scratch},
+            {("activations", saved_name): -saved, ("parameters", copies_name): -copies, ("gradients", "gradients"): stored},
+        )
     if gathered:
         account.set("parameters", "gathered weights", 0)
 

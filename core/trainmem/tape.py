@@ -110,6 +110,7 @@ class Tape:
     """Non-parameter storages alive right now (saved or still referenced by the forward code)."""
     saved_storages: dict[int, Sym] = field(default_factory=dict)
     peak_live_bytes: int = 0
+    _live_bytes: int = 0
     _weight_cache: dict[int, Sym] = field(default_factory=dict)
 
     @property
@@ -120,23 +121,27 @@ class Tape:
     # ------------------------------------------------------------------ bookkeeping
     def new(self, numel: int, dtype: str, requires_grad: bool, tag: str = "activation") -> Sym:
         tensor = Sym(numel, dtype, requires_grad, tag)
-        self.live[tensor.storage] = tensor
-        self._update_peak()
+        self.keep(tensor)
         return tensor
 
-    def _update_peak(self) -> None:
-        live = self.live_bytes()
-        if live > self.peak_live_bytes:
-            self.peak_live_bytes = live
+    def keep(self, tensor: Sym) -> None:
+        """Count ``tensor`` as alive (a tensor no recorded op produced: a mask, a kernel's buffer)."""
+        if tensor.storage not in self.live:
+            self.live[tensor.storage] = tensor
+            self._live_bytes += tensor.storage_nbytes
+            if self._live_bytes > self.peak_live_bytes:
+                self.peak_live_bytes = self._live_bytes
 
     def live_bytes(self) -> int:
-        return sum(t.storage_nbytes for t in self.live.values())
+        return self._live_bytes
 
     def release(self, *tensors: Sym) -> None:
         """The forward code drops its reference; memory is freed unless a node saved it."""
         for tensor in tensors:
             if tensor.storage not in self.saved_storages:
-                self.live.pop(tensor.storage, None)
+                dropped = self.live.pop(tensor.storage, None)
+                if dropped is not None:
+                    self._live_bytes -= dropped.storage_nbytes
 
     def record(self, op: str, saved: Iterable[Optional[Sym]], inputs: Iterable[Sym], outputs: Iterable[Sym],
                extra_backward_bytes: int = 0) -> None:
@@ -148,9 +153,8 @@ class Tape:
         for tensor in kept:
             if tensor.tag not in NOT_NEW_MEMORY:
                 self.saved_storages.setdefault(tensor.storage, tensor)
-                self.live.setdefault(tensor.storage, tensor)
+                self.keep(tensor)
         self.nodes.append(Node(op, kept, inputs, outputs, extra_backward_bytes))
-        self._update_peak()
 
     def saved_bytes(self, tags: tuple[str, ...] = ("activation",)) -> int:
         return sum(t.storage_nbytes for t in self.saved_storages.values() if t.tag in tags)
@@ -279,11 +283,11 @@ class Tape:
         if p <= 0:
             return x
         mask = Sym(x.numel, "bool" if self.device == "cuda" else x.dtype, False)
-        self.live[mask.storage] = mask
+        self.keep(mask)
         out = self.new(x.numel, x.dtype, x.requires_grad)
         self.record("dropout", [mask], [x], [out])
         if not x.requires_grad:
-            self.live.pop(mask.storage, None)
+            self.release(mask)
         return out
 
     def layer_norm(self, x: Sym, rows: int, weight: Sym, bias: Optional[Sym]) -> Sym:

@@ -26,7 +26,11 @@ class Point:
 
 @dataclass
 class MemoryAccount:
-    """Bytes alive right now, by (category, part name), and the points recorded so far."""
+    """Bytes alive right now, by (category, part name), and the points recorded so far.
+
+    Category totals are kept up to date on every change, so recording a point costs only
+    the transient parts of its event.
+    """
 
     parts: dict[PartKey, int] = field(default_factory=dict)
     details: dict[PartKey, str] = field(default_factory=dict)
@@ -34,9 +38,11 @@ class MemoryAccount:
     peak_total: int = -1
     peak_index: int = 0
     peak_parts: dict[PartKey, int] = field(default_factory=dict)
+    totals: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])
 
     def set(self, category: Category, name: str, nbytes: int, detail: Optional[str] = None) -> None:
         key = (category, name)
+        self.totals[_CATEGORY_INDEX[category]] += nbytes - self.parts.get(key, 0)
         if nbytes:
             self.parts[key] = nbytes
         else:
@@ -45,7 +51,8 @@ class MemoryAccount:
             self.details[key] = detail
 
     def add(self, category: Category, name: str, nbytes: int, detail: Optional[str] = None) -> None:
-        self.set(category, name, self.parts.get((category, name), 0) + nbytes, detail)
+        if nbytes or detail is not None:
+            self.set(category, name, self.parts.get((category, name), 0) + nbytes, detail)
 
     def get(self, category: Category, name: str) -> int:
         return self.parts.get((category, name), 0)
@@ -53,21 +60,62 @@ class MemoryAccount:
     def record(self, label: str, phase: Phase, micro_batch: int,
                transient: Optional[dict[PartKey, int]] = None) -> None:
         """Sample the current state plus ``transient`` bytes that exist only during this event."""
-        parts = self.parts
+        totals = list(self.totals)
         if transient:
-            parts = dict(parts)
-            for key, nbytes in transient.items():
+            for (category, _), nbytes in transient.items():
                 if nbytes > 0:
-                    parts[key] = parts.get(key, 0) + nbytes
-        totals = [0, 0, 0, 0, 0]
-        for (category, _), nbytes in parts.items():
-            totals[_CATEGORY_INDEX[category]] += nbytes
+                    totals[_CATEGORY_INDEX[category]] += nbytes
         total = sum(totals)
         self.points.append(Point(label, phase, micro_batch, tuple(totals)))  # type: ignore[arg-type]
         if total > self.peak_total:
             self.peak_total = total
             self.peak_index = len(self.points) - 1
-            self.peak_parts = dict(parts)
+            parts = dict(self.parts)
+            for key, nbytes in (transient or {}).items():
+                if nbytes > 0:
+                    parts[key] = parts.get(key, 0) + nbytes
+            self.peak_parts = parts
+
+
+    def record_series(self, labels: list[str], phase: Phase, micro_batch: int, transient: dict[PartKey, int],
+                      delta: dict[PartKey, int]) -> None:
+        """Record one point per label for a run of identical events (the layers of a model).
+
+        Before event k the state is the current one plus k × ``delta``; each point adds
+        ``transient``. After the run, the state has moved by len(labels) × ``delta``. This
+        is what calling :meth:`record` and :meth:`add` per event would do, without the
+        per-event bookkeeping.
+        """
+        count = len(labels)
+        if not count:
+            return
+        step = [0, 0, 0, 0, 0]
+        for (category, _), nbytes in delta.items():
+            step[_CATEGORY_INDEX[category]] += nbytes
+        base = list(self.totals)
+        for (category, _), nbytes in transient.items():
+            if nbytes > 0:
+                base[_CATEGORY_INDEX[category]] += nbytes
+        first_index = len(self.points)
+        best_k, best_total = -1, self.peak_total
+        for k, label in enumerate(labels):
+            totals = tuple(b + k * s for b, s in zip(base, step))
+            self.points.append(Point(label, phase, micro_batch, totals))  # type: ignore[arg-type]
+            total = sum(totals)
+            if total > best_total:
+                best_k, best_total = k, total
+        if best_k >= 0:
+            self.peak_total = best_total
+            self.peak_index = first_index + best_k
+            parts = dict(self.parts)
+            for key, nbytes in delta.items():
+                parts[key] = parts.get(key, 0) + best_k * nbytes
+            for key, nbytes in transient.items():
+                if nbytes > 0:
+                    parts[key] = parts.get(key, 0) + nbytes
+            self.peak_parts = {key: value for key, value in parts.items() if value}
+        for (category, name), nbytes in delta.items():
+            self.add(category, name, count * nbytes)
 
 
 _CATEGORY_INDEX = {category: index for index, category in enumerate(CATEGORIES)}
