@@ -39,11 +39,14 @@ class Architecture(FrozenModel):
     head_dim: Optional[PositiveInt] = Field(default=None, description="Default: hidden_size // num_attention_heads.")
     intermediate_size: PositiveInt = Field(description="Width of the MLP (of one expert for MoE models).")
     mlp: Literal["gated", "plain"] = Field(
-        default="gated", description="gated: down(act(gate(x)) * up(x)) as in Llama; plain: fc2(act(fc1(x))) as in GPT-2."
+        default="gated",
+        description="gated: down(act(gate(x)) * up(x)) as in Llama; plain: fc2(act(fc1(x))) as in GPT-2.",
     )
     hidden_act: str = "silu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    norms_per_layer: Literal[2, 4] = Field(default=2, description="Gemma 2 adds a norm after attention and after the MLP.")
+    norms_per_layer: Literal[2, 4] = Field(
+        default=2, description="Gemma 2 adds a norm after attention and after the MLP."
+    )
     qk_norm: bool = Field(default=False, description="RMSNorm over each head's query and key (Qwen3).")
     attention_qkv_bias: bool = False
     attention_output_bias: bool = False
@@ -67,7 +70,7 @@ class Architecture(FrozenModel):
     attn_logit_softcapping: Optional[float] = Field(default=None, gt=0)
 
     @model_validator(mode="after")
-    def _check_shapes(self) -> "Architecture":
+    def _check_shapes(self) -> Architecture:
         if self.num_attention_heads % self.kv_heads != 0:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -105,3 +108,12 @@ class Architecture(FrozenModel):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def eager_softmax_in_fp32(self) -> bool:
+        """transformers' shared ``eager_attention_forward`` (the Llama family) asks for an fp32
+        softmax; GPT-2's own and Megatron-style blocks keep the scores' dtype."""
+        return self.model_type in LLAMA_FAMILY
+
+
+LLAMA_FAMILY = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma2", "phi3")

@@ -7,7 +7,7 @@ Python) loaded once into frozen pydantic models.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any, Literal, Optional
 
@@ -67,19 +67,20 @@ class OptimizerKind(FrozenModel):
     temporaries: TemporariesRule
     paged: bool = Field(description="bitsandbytes paged optimizer: states in CUDA unified memory.")
     scalar_state: Literal["none", "device", "host_unless_fused"] = Field(
-        default="none", description="A 0-dim fp32 state tensor per parameter, and where it lives.")
+        default="none", description="A 0-dim fp32 state tensor per parameter, and where it lives."
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def presets() -> dict[str, Preset]:
     return {p["name"]: Preset(**p) for p in _load("presets.json")["presets"]}
 
 
-@lru_cache(maxsize=None)
+@cache
 def gpus() -> dict[str, GPU]:
     return {g["name"]: GPU(**g) for g in _load("gpus.json")["gpus"]}
 
 
-@lru_cache(maxsize=None)
+@cache
 def optimizers() -> dict[str, OptimizerKind]:
     return {o["name"]: OptimizerKind(**o) for o in _load("optimizers.json")["optimizers"]}

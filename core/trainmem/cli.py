@@ -54,8 +54,13 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     par = parser.add_argument_group("parallelism")
     par.add_argument("--gpus", type=int, dest="num_gpus", help="GPUs in the run")
     par.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
-    par.add_argument("--fsdp", nargs="?", const="FULL_SHARD",
-                     choices=["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"], help="PyTorch FSDP")
+    par.add_argument(
+        "--fsdp",
+        nargs="?",
+        const="FULL_SHARD",
+        choices=["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"],
+        help="PyTorch FSDP",
+    )
     par.add_argument("--ddp", action="store_true", help="PyTorch DDP (the default data parallelism)")
     par.add_argument("--tp", "--tensor-parallel", type=int, dest="tensor_parallel_size")
     par.add_argument("--pp", "--pipeline-parallel", type=int, dest="pipeline_parallel_size")
@@ -104,16 +109,35 @@ def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
         raise _InputError("model: give only one of --preset, --hf-config, --num-parameters")
     if models:
         patch["model"] = {models[0]: getattr(args, models[0])}
-    for name in ("micro_batch_size", "sequence_length", "gradient_accumulation_steps", "precision",
-                 "activation_checkpointing", "attention", "loss", "headroom_fraction"):
+    for name in (
+        "micro_batch_size",
+        "sequence_length",
+        "gradient_accumulation_steps",
+        "precision",
+        "activation_checkpointing",
+        "attention",
+        "loss",
+        "headroom_fraction",
+    ):
         if getattr(args, name) is not None:
             patch[name] = getattr(args, name)
     if args.optimizer is not None or args.optimizer_implementation is not None:
-        patch["optimizer"] = {k: v for k, v in (("name", args.optimizer),
-                                                 ("implementation", args.optimizer_implementation)) if v is not None}
+        patch["optimizer"] = {
+            k: v
+            for k, v in (("name", args.optimizer), ("implementation", args.optimizer_implementation))
+            if v is not None
+        }
     parallel: dict[str, Any] = {}
-    for name in ("num_gpus", "tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size",
-                 "expert_parallel_size", "sequence_parallel", "offload_optimizer", "offload_parameters"):
+    for name in (
+        "num_gpus",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "context_parallel_size",
+        "expert_parallel_size",
+        "sequence_parallel",
+        "offload_optimizer",
+        "offload_parameters",
+    ):
         if getattr(args, name) is not None:
             parallel[name] = getattr(args, name)
     strategies = [flag for flag in ("zero", "fsdp") if getattr(args, flag) is not None] + (["ddp"] if args.ddp else [])
@@ -131,11 +155,16 @@ def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
         raise _InputError("finetuning.method: give only one of --lora, --qlora")
     finetuning: dict[str, Any] = {}
     if args.lora is not None or args.qlora is not None:
-        finetuning = {"method": "lora" if args.lora is not None else "qlora",
-                      "lora": {"r": args.lora if args.lora is not None else args.qlora}}
+        finetuning = {
+            "method": "lora" if args.lora is not None else "qlora",
+            "lora": {"r": args.lora if args.lora is not None else args.qlora},
+        }
     if args.lora_targets:
-        targets: Any = args.lora_targets if args.lora_targets == "all-linear" else [
-            t.strip() for t in args.lora_targets.split(",") if t.strip()]
+        targets: Any = (
+            args.lora_targets
+            if args.lora_targets == "all-linear"
+            else [t.strip() for t in args.lora_targets.split(",") if t.strip()]
+        )
         finetuning = _merge(finetuning, {"lora": {"target_modules": targets}})
     if finetuning:
         patch["finetuning"] = finetuning
@@ -175,8 +204,15 @@ def _catalog(kind: str, as_json: bool) -> int:
         rows = []
         for preset in presets().values():
             arch = architecture_from_hf_config(preset.config)
-            rows.append({"name": preset.name, "display_name": preset.display_name, "hf_id": preset.hf_id,
-                         "model_type": arch.model_type, "num_parameters": build_inventory(arch).num_parameters})
+            rows.append(
+                {
+                    "name": preset.name,
+                    "display_name": preset.display_name,
+                    "hf_id": preset.hf_id,
+                    "model_type": arch.model_type,
+                    "num_parameters": build_inventory(arch).num_parameters,
+                }
+            )
         if as_json:
             print(json.dumps(rows, indent=2))
         else:

@@ -34,8 +34,14 @@ class EndTrace:
     input_grad_bytes: int
 
 
-def trace_embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
-                    parameter_grads_exist: bool = False, token_grad_exists: bool = False) -> EndTrace:
+def trace_embedding(
+    arch: Architecture,
+    shape: LayerShape,
+    kernels: LayerKernels,
+    trainability: Trainability,
+    parameter_grads_exist: bool = False,
+    token_grad_exists: bool = False,
+) -> EndTrace:
     """``embed_tokens(input_ids)`` (+ GPT-2's learned positions and dropout, Gemma's sqrt(h) scaling).
 
     The embedding output stays referenced by the model's forward (``inputs_embeds``) until the
@@ -43,8 +49,12 @@ def trace_embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels
     """
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     tokens, h = shape.stream_tokens, shape.hidden
-    weight = Sym(arch.vocab_size * h, kernels.weight_dtype, trainability.trains("embed_tokens"),
-                 "external" if token_grad_exists else "parameter")
+    weight = Sym(
+        arch.vocab_size * h,
+        kernels.weight_dtype,
+        trainability.trains("embed_tokens"),
+        "external" if token_grad_exists else "parameter",
+    )
     out = tape.new(tokens * h, kernels.weight_dtype, weight.requires_grad)
     tape.record("embedding", [Sym(tokens, "int64", False, "external")], [weight], [out])  # saves input_ids itself
     if arch.position_embedding == "learned":
@@ -72,8 +82,14 @@ def trace_embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels
     )
 
 
-def trace_loss_head(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
-                    vocab_per_rank: int, parameter_grads_exist: bool = False) -> EndTrace:
+def trace_loss_head(
+    arch: Architecture,
+    shape: LayerShape,
+    kernels: LayerKernels,
+    trainability: Trainability,
+    vocab_per_rank: int,
+    parameter_grads_exist: bool = False,
+) -> EndTrace:
     """Final norm, ``lm_head``, optional logit soft-capping, ``logits.float()`` and cross-entropy."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     program = LayerProgram(arch, shape, kernels, trainability, tape)
@@ -96,8 +112,15 @@ def trace_loss_head(arch: Architecture, shape: LayerShape, kernels: LayerKernels
     return _finish(tape, loss, parameter_grads_exist)
 
 
-def trace_chunked_loss_head(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
-                            vocab_per_rank: int, chunks: int, parameter_grads_exist: bool = False) -> EndTrace:
+def trace_chunked_loss_head(
+    arch: Architecture,
+    shape: LayerShape,
+    kernels: LayerKernels,
+    trainability: Trainability,
+    vocab_per_rank: int,
+    chunks: int,
+    parameter_grads_exist: bool = False,
+) -> EndTrace:
     """A fused linear cross-entropy (Liger ``LigerFusedLinearCrossEntropyLoss``).
 
     The forward walks the tokens in ``chunks`` pieces: for each, it computes the logits, their

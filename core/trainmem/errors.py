@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+
+class FieldError(ValueError):
+    """A cross-field check that failed on one field: carries that field's dotted path.
+
+    Raised from model validators, where pydantic would otherwise report the error at the
+    model's own location.
+    """
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 _MODEL_KIND_TAGS = {"preset", "hf_config", "architecture", "num_parameters"}
 _UNION_BRANCH_NAMES = {"str", "CustomGPU", "list[str]", "literal['all-linear']", "dict[str,any]"}
 
@@ -31,6 +44,9 @@ def format_validation_error(error: ValidationError) -> list[tuple[str, str]]:
     seen: dict[str, str] = {}
     for item in error.errors(include_url=False):
         path = field_path(item["loc"])
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            path = f"{path}.{cause.field}" if path != "setup" else cause.field
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] in ("missing",):
             message = "required"

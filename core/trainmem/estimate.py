@@ -13,7 +13,7 @@ from .report import CATEGORIES, Breakdown, Part, PeakMoment, RankReport, Report,
 from .setup import Setup
 from .simulate import RankSimulation, attention_kernel, simulate_rank
 from .tape import DTYPE_BYTES
-from .units import format_bytes, format_count
+from .units import format_count
 
 _PHASE_DESCRIPTIONS = {
     "start": "between steps: only the model states are resident",
@@ -77,13 +77,28 @@ def _rank_report(plan: Plan, simulation: RankSimulation, overhead: ProcessOverhe
     ]
     extra = [
         Part(category="overhead", name="cuBLAS workspace", bytes=workspace, detail="allocated by PyTorch for cuBLAS"),
-        Part(category="overhead", name="allocator reserve", bytes=reserve, allocated=False,
-             detail=f"caching allocator's reserved-but-free memory, assumed {overhead.allocator_reserve_fraction:.0%} "
-                    "of the peak"),
-        Part(category="overhead", name="CUDA context", bytes=overhead.cuda_context_bytes, allocated=False,
-             detail="driver state and kernels, outside PyTorch's allocator"),
-        Part(category="overhead", name="NCCL buffers", bytes=overhead.nccl_bytes, allocated=False,
-             detail=f"{overhead.nccl_communicators} communicator(s), outside PyTorch's allocator"),
+        Part(
+            category="overhead",
+            name="allocator reserve",
+            bytes=reserve,
+            allocated=False,
+            detail=f"caching allocator's reserved-but-free memory, assumed {overhead.allocator_reserve_fraction:.0%} "
+            "of the peak",
+        ),
+        Part(
+            category="overhead",
+            name="CUDA context",
+            bytes=overhead.cuda_context_bytes,
+            allocated=False,
+            detail="driver state and kernels, outside PyTorch's allocator",
+        ),
+        Part(
+            category="overhead",
+            name="NCCL buffers",
+            bytes=overhead.nccl_bytes,
+            allocated=False,
+            detail=f"{overhead.nccl_communicators} communicator(s), outside PyTorch's allocator",
+        ),
     ]
     parts += [part for part in extra if part.bytes > 0]
     parts.sort(key=lambda part: (CATEGORIES.index(part.category), -part.bytes))
@@ -112,8 +127,12 @@ def _rank_report(plan: Plan, simulation: RankSimulation, overhead: ProcessOverhe
         peak_total_bytes=peak_total,
         breakdown=Breakdown(**totals),
         parts=parts,
-        peak=PeakMoment(index=account.peak_index, phase=moment.phase, label=moment.label,
-                        description=f"{moment.label}: {_PHASE_DESCRIPTIONS[moment.phase]}"),
+        peak=PeakMoment(
+            index=account.peak_index,
+            phase=moment.phase,
+            label=moment.label,
+            description=f"{moment.label}: {_PHASE_DESCRIPTIONS[moment.phase]}",
+        ),
         timeline=timeline,
         cpu_offload_bytes=simulation.cpu_offload_bytes,
     )
@@ -131,7 +150,7 @@ def _ranks_like(plan: Plan, simulation: RankSimulation) -> int:
 
 
 def _resolved(plan: Plan) -> Resolved:
-    precision, setup = plan.precision, plan.setup
+    precision = plan.precision
     arch = plan.architecture
     optimizer_values = plan.optimizer.full_state_tensors
     state_bytes = 1 if plan.optimizer.quantized_state_bits else DTYPE_BYTES[precision.optimizer_state_dtype]
@@ -150,8 +169,9 @@ def _resolved(plan: Plan) -> Resolved:
         optimizer_bytes_per_parameter=optimizer_values * state_bytes + (4 if precision.master_weights else 0),
         optimizer_implementation=plan.optimizer_implementation,
         attention_saves_scores=attention_kernel(plan) != "fused" if arch is not None else False,
-        activation_dtype=precision.stream_dtype if precision.autocast is None else
-        f"{precision.stream_dtype} residual stream, {precision.autocast} matmuls",
+        activation_dtype=precision.stream_dtype
+        if precision.autocast is None
+        else f"{precision.stream_dtype} residual stream, {precision.autocast} matmuls",
         model_description=model,
     )
 
@@ -163,14 +183,20 @@ def _warnings(plan: Plan, gpu) -> list[str]:
     if "bf16" in half and not gpu.supports_bf16:
         warnings.append(f"{gpu.display_name} has no bf16 support; use fp16 mixed precision on it.")
     if arch is None:
-        warnings.append("Only a parameter count was given: activations are not estimated. "
-                        "Give a preset, a config.json or an architecture for a full simulation.")
+        warnings.append(
+            "Only a parameter count was given: activations are not estimated. "
+            "Give a preset, a config.json or an architecture for a full simulation."
+        )
     elif arch.position_embedding == "rope" and setup.sequence_length > arch.max_position_embeddings:
-        warnings.append(f"sequence_length {setup.sequence_length} is longer than the model's "
-                        f"max_position_embeddings ({arch.max_position_embeddings}).")
+        warnings.append(
+            f"sequence_length {setup.sequence_length} is longer than the model's "
+            f"max_position_embeddings ({arch.max_position_embeddings})."
+        )
     if arch is not None and arch.attn_logit_softcapping and setup.attention == "sdpa":
         warnings.append("Gemma 2's attention soft-capping needs the eager kernel: simulated with eager attention.")
     if plan.optimizer.paged:
-        warnings.append("A paged optimizer keeps its states in unified memory and can evict them to the CPU under "
-                        "pressure; they are counted on the GPU here.")
+        warnings.append(
+            "A paged optimizer keeps its states in unified memory and can evict them to the CPU under "
+            "pressure; they are counted on the GPU here."
+        )
     return warnings

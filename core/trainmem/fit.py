@@ -18,9 +18,15 @@ def resolve_gpu(setup: Setup) -> GPU:
     if isinstance(setup.gpu, CustomGPU):
         memory_mib = max(1, round(setup.gpu.memory_gib * 1024))
         return GPU(
-            name=setup.gpu.name, display_name=f"{setup.gpu.name} ({setup.gpu.memory_gib:g} GiB)", vendor="custom",
-            architecture="custom", memory_mib=memory_mib, marketed_memory_gb=setup.gpu.memory_gib * GIB / 1e9,
-            supports_bf16=True, supports_fp8=True, source="given by the user",
+            name=setup.gpu.name,
+            display_name=f"{setup.gpu.name} ({setup.gpu.memory_gib:g} GiB)",
+            vendor="custom",
+            architecture="custom",
+            memory_mib=memory_mib,
+            marketed_memory_gb=setup.gpu.memory_gib * GIB / 1e9,
+            supports_bf16=True,
+            supports_fp8=True,
+            source="given by the user",
         )
     return gpus()[setup.gpu]
 
@@ -30,23 +36,39 @@ def verdict(gpu: GPU, required_bytes: int, headroom_fraction: float) -> FitVerdi
     usable = int(capacity * (1 - headroom_fraction))
     free = capacity - required_bytes
     if required_bytes <= usable:
-        status, message = "fits", (
-            f"Fits on {gpu.display_name}: {format_bytes(required_bytes)} of {format_bytes(capacity)}, "
-            f"{format_bytes(free)} free ({free / capacity:.0%})."
+        status, message = (
+            "fits",
+            (
+                f"Fits on {gpu.display_name}: {format_bytes(required_bytes)} of {format_bytes(capacity)}, "
+                f"{format_bytes(free)} free ({free / capacity:.0%})."
+            ),
         )
     elif required_bytes <= capacity:
-        status, message = "tight", (
-            f"Tight on {gpu.display_name}: {format_bytes(required_bytes)} of {format_bytes(capacity)} leaves "
-            f"{format_bytes(free)}, less than the {headroom_fraction:.0%} headroom."
+        status, message = (
+            "tight",
+            (
+                f"Tight on {gpu.display_name}: {format_bytes(required_bytes)} of {format_bytes(capacity)} leaves "
+                f"{format_bytes(free)}, less than the {headroom_fraction:.0%} headroom."
+            ),
         )
     else:
-        status, message = "does_not_fit", (
-            f"Does not fit on {gpu.display_name}: needs {format_bytes(required_bytes)}, "
-            f"{format_bytes(-free)} more than its {format_bytes(capacity)}."
+        status, message = (
+            "does_not_fit",
+            (
+                f"Does not fit on {gpu.display_name}: needs {format_bytes(required_bytes)}, "
+                f"{format_bytes(-free)} more than its {format_bytes(capacity)}."
+            ),
         )
     return FitVerdict(
-        gpu=gpu.name, gpu_display_name=gpu.display_name, capacity_bytes=capacity, headroom_fraction=headroom_fraction,
-        usable_bytes=usable, required_bytes=required_bytes, fits=status == "fits", status=status, message=message,
+        gpu=gpu.name,
+        gpu_display_name=gpu.display_name,
+        capacity_bytes=capacity,
+        headroom_fraction=headroom_fraction,
+        usable_bytes=usable,
+        required_bytes=required_bytes,
+        fits=status == "fits",
+        status=status,
+        message=message,
     )
 
 

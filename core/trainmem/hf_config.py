@@ -42,8 +42,14 @@ def _common_decoder_fields(config: HFConfig, **defaults: Any) -> dict[str, Any]:
 def _llama(config: HFConfig) -> Architecture:
     """LlamaConfig: attention_bias puts a bias on q, k, v and o; mlp_bias on all three MLP projections."""
     fields = _common_decoder_fields(
-        config, vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-        num_attention_heads=32, max_position_embeddings=2048, tie_word_embeddings=False,
+        config,
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
     )
     attention_bias = bool(config.get("attention_bias", False))
     return Architecture(
@@ -57,8 +63,14 @@ def _llama(config: HFConfig) -> Architecture:
 def _mistral(config: HFConfig) -> Architecture:
     """MistralConfig: Llama without biases; defaults of Mistral-7B."""
     fields = _common_decoder_fields(
-        config, vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-        num_attention_heads=32, max_position_embeddings=4096 * 32, tie_word_embeddings=False,
+        config,
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        max_position_embeddings=4096 * 32,
+        tie_word_embeddings=False,
     )
     return Architecture(**fields)
 
@@ -66,8 +78,14 @@ def _mistral(config: HFConfig) -> Architecture:
 def _mixtral(config: HFConfig) -> Architecture:
     """MixtralConfig: every MLP is ``num_local_experts`` SwiGLU experts of ``intermediate_size``, top-k routed."""
     fields = _common_decoder_fields(
-        config, vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-        num_attention_heads=32, max_position_embeddings=4096 * 32, tie_word_embeddings=False,
+        config,
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        max_position_embeddings=4096 * 32,
+        tie_word_embeddings=False,
     )
     return Architecture(
         **fields,
@@ -79,8 +97,14 @@ def _mixtral(config: HFConfig) -> Architecture:
 def _qwen2(config: HFConfig) -> Architecture:
     """Qwen2Config: bias on q, k and v (not on o)."""
     fields = _common_decoder_fields(
-        config, vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
-        num_attention_heads=32, max_position_embeddings=32768, tie_word_embeddings=False,
+        config,
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=22016,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
     )
     return Architecture(**fields, attention_qkv_bias=True)
 
@@ -94,8 +118,14 @@ def _qwen2_moe(config: HFConfig) -> Architecture:
             f"got decoder_sparse_step={sparse_step}, mlp_only_layers={config.get('mlp_only_layers')}"
         )
     fields = _common_decoder_fields(
-        config, vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
-        num_attention_heads=16, max_position_embeddings=32768, tie_word_embeddings=False,
+        config,
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
     )
     fields["intermediate_size"] = config.get("moe_intermediate_size") or 1408
     shared_size = config.get("shared_expert_intermediate_size")
@@ -112,21 +142,31 @@ def _qwen2_moe(config: HFConfig) -> Architecture:
 def _qwen3(config: HFConfig) -> Architecture:
     """Qwen3Config: RMSNorm on each query and key head, optional attention_bias on q, k, v, o."""
     fields = _common_decoder_fields(
-        config, vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
-        num_attention_heads=32, max_position_embeddings=32768, tie_word_embeddings=False,
+        config,
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=22016,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
     )
     fields["head_dim"] = config.get("head_dim") or 128
     attention_bias = bool(config.get("attention_bias", False))
-    return Architecture(
-        **fields, qk_norm=True, attention_qkv_bias=attention_bias, attention_output_bias=attention_bias
-    )
+    return Architecture(**fields, qk_norm=True, attention_qkv_bias=attention_bias, attention_output_bias=attention_bias)
 
 
 def _gemma2(config: HFConfig) -> Architecture:
     """Gemma2Config: four RMSNorms per layer, GeGLU MLP, scaled and always-tied embeddings, soft-capping."""
     fields = _common_decoder_fields(
-        config, vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
-        num_attention_heads=8, max_position_embeddings=8192, tie_word_embeddings=True,
+        config,
+        vocab_size=256000,
+        hidden_size=2304,
+        intermediate_size=9216,
+        num_hidden_layers=26,
+        num_attention_heads=8,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
         hidden_act="gelu_pytorch_tanh",
     )
     fields["head_dim"] = config.get("head_dim") or 256
@@ -145,8 +185,14 @@ def _gemma2(config: HFConfig) -> Architecture:
 def _phi3(config: HFConfig) -> Architecture:
     """Phi3Config: fused qkv_proj and gate_up_proj, dropout on the residual branches."""
     fields = _common_decoder_fields(
-        config, vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
-        num_attention_heads=32, max_position_embeddings=4096, tie_word_embeddings=False,
+        config,
+        vocab_size=32064,
+        hidden_size=3072,
+        intermediate_size=8192,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
     )
     return Architecture(
         **fields,

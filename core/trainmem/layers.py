@@ -48,6 +48,8 @@ class LayerShape:
     stream_tokens: int
     """Tokens of residual-stream tensors on this rank (÷ tensor parallel size with sequence parallelism)."""
     experts_per_token: int = 0
+    local_experts: int = 0
+    """Routed experts held by this rank (num_experts / expert_parallel_size)."""
     shared_intermediate: int = 0
 
     @property
@@ -87,8 +89,9 @@ class Trainability:
 class LayerProgram:
     """Replays one decoder layer's forward pass on a tape."""
 
-    def __init__(self, arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
-                 tape: Tape):
+    def __init__(
+        self, arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability, tape: Tape
+    ):
         self.arch = arch
         self.shape = shape
         self.kernels = kernels
@@ -156,18 +159,25 @@ class LayerProgram:
         return out
 
     # ------------------------------------------------------------------ linear layers
-    def linear(self, module: str, x: Sym, in_features: int, out_features: int, bias: bool) -> Sym:
-        """``nn.Linear`` (or GPT-2's ``Conv1D``), with a LoRA adapter or a 4-bit base when configured."""
+    def linear(
+        self, module: str, x: Sym, in_features: int, out_features: int, bias: bool, saved_input: Optional[Sym] = None
+    ) -> Sym:
+        """``nn.Linear`` (or GPT-2's ``Conv1D``), with a LoRA adapter or a 4-bit base when configured.
+
+        ``saved_input``: what backward keeps instead of ``x`` (sequence parallelism keeps the
+        sequence-sharded tensor and all-gathers it again in backward).
+        """
         tape = self.tape
         quantized = self.kernels.quantized_compute_dtype is not None
         weight_dtype = "uint8" if quantized else None
-        weight = self.parameter(module, in_features * out_features if not quantized else in_features * out_features // 2,
-                                weight_dtype)
+        weight = self.parameter(
+            module, in_features * out_features if not quantized else in_features * out_features // 2, weight_dtype
+        )
         bias_param = self.parameter(module, out_features) if bias else None
         if quantized:
             result = self._dequantized_matmul(x, weight, in_features, out_features)
         else:
-            result = tape.linear(x, weight, out_features, bias_param)
+            result = tape.linear(x, weight, out_features, bias_param, saved_input)
         if not self.trainability.has_adapter(module):
             return result
         return self._lora(module, x, result, in_features, out_features)
@@ -219,13 +229,13 @@ class LayerProgram:
         x_tp = self._gather_sequence(x)
         if arch.model_type == "gpt2" or arch.fused_qkv:
             module = "attn.c_attn" if arch.model_type == "gpt2" else "self_attn.qkv_proj"
-            qkv = self.linear(module, x_tp, shape.hidden, q_width + 2 * kv_width, arch.attention_qkv_bias)
+            qkv = self.linear(module, x_tp, shape.hidden, q_width + 2 * kv_width, arch.attention_qkv_bias, x)
             q, k, v = tape.split(qkv, [tokens * q_width, tokens * kv_width, tokens * kv_width])
             produced = [qkv]
         else:
-            q = self.linear("self_attn.q_proj", x_tp, shape.hidden, q_width, arch.attention_qkv_bias)
-            k = self.linear("self_attn.k_proj", x_tp, shape.hidden, kv_width, arch.attention_qkv_bias)
-            v = self.linear("self_attn.v_proj", x_tp, shape.hidden, kv_width, arch.attention_qkv_bias)
+            q = self.linear("self_attn.q_proj", x_tp, shape.hidden, q_width, arch.attention_qkv_bias, x)
+            k = self.linear("self_attn.k_proj", x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, x)
+            v = self.linear("self_attn.v_proj", x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, x)
             produced = [q, k]
         if x_tp is not x:
             tape.release(x_tp)
@@ -290,7 +300,7 @@ class LayerProgram:
             tape.release(divided)
             scaled = tape.scale(capped)
             tape.release(capped)
-        if kernel == "eager" and arch.model_type != "gpt2":
+        if kernel == "eager" and arch.eager_softmax_in_fp32:
             masked = tape.scale(scaled)  # + the 4-D causal mask (a new tensor; add saves nothing)
             tape.release(scaled)
             probs = tape.unary_saving_result("softmax", masked, dtype="fp32")
@@ -328,27 +338,31 @@ class LayerProgram:
         if self.arch.is_moe:
             return self._moe(x)
         x_tp = self._gather_sequence(x)
-        out = self._dense_mlp("mlp", x_tp, self.shape.intermediate)
+        out = self._dense_mlp("mlp", x_tp, self.shape.intermediate, saved_input=x)
         if x_tp is not x:
             self.tape.release(x_tp)
         return self._scatter_sequence(out)
 
-    def _dense_mlp(self, prefix: str, x: Sym, width: int) -> Sym:
+    def _dense_mlp(self, prefix: str, x: Sym, width: int, saved_input: Optional[Sym] = None) -> Sym:
         arch, tape, h = self.arch, self.tape, self.shape.hidden
         if arch.model_type == "gpt2" or arch.mlp == "plain":
-            fc1, fc2 = (f"{prefix}.c_fc", f"{prefix}.c_proj") if arch.model_type == "gpt2" else (f"{prefix}.fc1", f"{prefix}.fc2")
-            hidden = self.linear(fc1, x, h, width, arch.mlp_bias)
+            fc1, fc2 = (
+                (f"{prefix}.c_fc", f"{prefix}.c_proj")
+                if arch.model_type == "gpt2"
+                else (f"{prefix}.fc1", f"{prefix}.fc2")
+            )
+            hidden = self.linear(fc1, x, h, width, arch.mlp_bias, saved_input)
             activated = self._activation(hidden)
             tape.release(hidden)
             out = self.linear(fc2, activated, width, h, arch.mlp_bias)
             tape.release(activated)
             return out
         if arch.fused_gate_up:
-            gate_up = self.linear(f"{prefix}.gate_up_proj", x, h, 2 * width, arch.mlp_bias)
+            gate_up = self.linear(f"{prefix}.gate_up_proj", x, h, 2 * width, arch.mlp_bias, saved_input)
             gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
         else:
-            gate = self.linear(f"{prefix}.gate_proj", x, h, width, arch.mlp_bias)
-            up = self.linear(f"{prefix}.up_proj", x, h, width, arch.mlp_bias)
+            gate = self.linear(f"{prefix}.gate_proj", x, h, width, arch.mlp_bias, saved_input)
+            up = self.linear(f"{prefix}.up_proj", x, h, width, arch.mlp_bias, saved_input)
         activated = self._activation(gate)
         product = tape.mul(activated, up)
         tape.release(gate, up, activated)
@@ -384,27 +398,25 @@ class LayerProgram:
         is what the per-expert loop allocates in total under balanced routing.
         """
         arch, shape, tape = self.arch, self.shape, self.tape
-        h, experts = shape.hidden, arch.num_experts
+        h, experts = shape.hidden, shape.local_experts or arch.num_experts
         routed_rows = shape.stream_tokens * shape.experts_per_token
-        router = Sym(experts * h, self.kernels.weight_dtype, self.trainability.trains("mlp.gate"), "parameter")
-        logits = tape.linear(x, router, experts)
+        router = Sym(arch.num_experts * h, self.kernels.weight_dtype, self.trainability.trains("mlp.gate"), "parameter")
+        logits = tape.linear(x, router, arch.num_experts)
         logits32 = tape.to(logits, "fp32")
         probs = tape.unary_saving_result("softmax", logits32)
         tape.release(logits, logits32)
         weights = tape.copy(probs, shape.stream_tokens * shape.experts_per_token)  # top-k values, renormalised
         gathered = tape.copy(x, routed_rows * h)  # hidden_states[token_idx] for every expert
-        gate_up_weight = Sym(experts * 2 * shape.intermediate * h, self.kernels.weight_dtype,
-                             self.trainability.trains("mlp.experts"), "parameter")
-        gate_up = tape.linear(gathered, Sym(2 * shape.intermediate * h, gate_up_weight.dtype,
-                                            gate_up_weight.requires_grad, "parameter"), 2 * shape.intermediate)
+        trains = self.trainability.trains("mlp.experts")
+        gate_up_weight = Sym(experts * 2 * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
+        down_weight = Sym(experts * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
+        gate_up = tape.linear(gathered, tape.select(gate_up_weight, 2 * shape.intermediate * h), 2 * shape.intermediate)
         tape.release(gathered)
         gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
         activated = self._activation(gate)
         product = tape.mul(activated, up)
         tape.release(gate_up, activated)
-        down_weight = Sym(shape.intermediate * h, self.kernels.weight_dtype, self.trainability.trains("mlp.experts"),
-                          "parameter")
-        down = tape.linear(product, down_weight, h)
+        down = tape.linear(product, tape.select(down_weight, shape.intermediate * h), h)
         tape.release(product)
         weighted = tape.mul(down, tape.copy(weights, routed_rows))
         tape.release(down, weights, probs)
@@ -448,7 +460,9 @@ class LayerProgram:
         """``DecoderLayer.forward``: pre-norm attention and MLP sub-blocks with residuals."""
         arch, shape, tape = self.arch, self.shape, self.tape
         rows, h = shape.stream_tokens, shape.hidden
-        first, second = ("ln_1", "ln_2") if arch.model_type == "gpt2" else ("input_layernorm", "post_attention_layernorm")
+        first, second = (
+            ("ln_1", "ln_2") if arch.model_type == "gpt2" else ("input_layernorm", "post_attention_layernorm")
+        )
         normed = self.norm(first, x, rows, h)
         attended = self.attention(normed)
         tape.release(normed)
@@ -506,8 +520,14 @@ class LayerTrace:
     """Peak during the forward above what was alive before it (the layer's input excluded)."""
 
 
-def trace_layer(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
-                input_requires_grad: bool, parameter_grads_exist: bool = False) -> LayerTrace:
+def trace_layer(
+    arch: Architecture,
+    shape: LayerShape,
+    kernels: LayerKernels,
+    trainability: Trainability,
+    input_requires_grad: bool,
+    parameter_grads_exist: bool = False,
+) -> LayerTrace:
     """Replay one decoder layer forward and backward."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_requires_grad)

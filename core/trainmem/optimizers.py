@@ -57,7 +57,9 @@ def state_bytes(kind: OptimizerKind, tensors: Iterable[TrainableTensor], state_d
     for tensor in tensors:
         n = tensor.numel
         if kind.factored_second_moment:
-            per_tensor = (tensor.shape[0] + n // tensor.shape[0]) * value_bytes if len(tensor.shape) >= 2 else n * value_bytes
+            per_tensor = (
+                (tensor.shape[0] + n // tensor.shape[0]) * value_bytes if len(tensor.shape) >= 2 else n * value_bytes
+            )
             per_tensor += kind.full_state_tensors * n * value_bytes
         elif kind.quantized_state_bits and n >= BNB_MIN_8BIT_SIZE:
             blocks = -(-n // BNB_BLOCK_SIZE)
@@ -78,12 +80,16 @@ class StepTemporaries:
     description: str
 
 
-def step_temporaries(kind: OptimizerKind, implementation: str, tensors: list[TrainableTensor], state_dtype: str,
-                     shard_factor: int) -> StepTemporaries:
+def step_temporaries(
+    kind: OptimizerKind, implementation: str, tensors: list[TrainableTensor], state_dtype: str, shard_factor: int
+) -> StepTemporaries:
     """The peak scratch memory of one ``step()`` on a rank holding 1/shard_factor of ``tensors``."""
     value_bytes = DTYPE_BYTES[state_dtype]
-    rule = {"foreach": kind.temporaries.foreach, "for-loop": kind.temporaries.for_loop,
-            "fused": kind.temporaries.fused}[implementation]
+    rule = {
+        "foreach": kind.temporaries.foreach,
+        "for-loop": kind.temporaries.for_loop,
+        "fused": kind.temporaries.fused,
+    }[implementation]
     if not rule or not tensors:
         return StepTemporaries(0, "updates in place")
     if implementation == "foreach" and not kind.factored_second_moment:

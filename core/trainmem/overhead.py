@@ -59,5 +59,6 @@ def process_overhead(plan: Plan, gpu_architecture: str) -> ProcessOverhead:
         parallel.expert_parallel_size,
     ]
     communicators = sum(1 for size in groups if size > 1)
-    return ProcessOverhead(context, workspace, communicators * NCCL_COMMUNICATOR_MIB * MIB, communicators,
-                           ALLOCATOR_RESERVE_FRACTION)
+    return ProcessOverhead(
+        context, workspace, communicators * NCCL_COMMUNICATOR_MIB * MIB, communicators, ALLOCATOR_RESERVE_FRACTION
+    )

@@ -30,7 +30,18 @@ from .quantization import quantized_weight_bytes
 from .setup import LINEAR_TARGET_ALL, Setup, _parse_layer_range
 from .tape import DTYPE_BYTES
 
-COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1")
+COLUMN_PARALLEL = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "qkv_proj",
+    "c_attn",
+    "gate_proj",
+    "up_proj",
+    "gate_up_proj",
+    "c_fc",
+    "fc1",
+)
 """Linear layers whose output features tensor parallelism splits (Megatron's ColumnParallelLinear)."""
 ROW_PARALLEL = ("o_proj", "c_proj", "down_proj", "fc2")
 """Linear layers whose input features tensor parallelism splits (RowParallelLinear)."""

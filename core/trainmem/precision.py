@@ -53,21 +53,65 @@ class PrecisionPlan:
 
 _RECIPES = {
     "fp32": PrecisionPlan("fp32", "fp32 everywhere", "fp32", "fp32", "fp32", False, "fp32", None),
-    "amp-bf16": PrecisionPlan("amp-bf16", "autocast to bf16 over fp32 weights", "fp32", "fp32", "fp32", False, "fp32", "bf16"),
-    "amp-fp16": PrecisionPlan("amp-fp16", "autocast to fp16 over fp32 weights, gradient scaler", "fp32", "fp32", "fp32", False, "fp32", "fp16"),
-    "fsdp-mixed-bf16": PrecisionPlan("fsdp-mixed-bf16", "FSDP MixedPrecision: fp32 shards, bf16 gathered weights and compute",
-                                     "fp32", "bf16", "fp32", False, "fp32", None),
-    "fsdp-mixed-fp16": PrecisionPlan("fsdp-mixed-fp16", "FSDP MixedPrecision: fp32 shards, fp16 gathered weights and compute",
-                                     "fp32", "fp16", "fp32", False, "fp32", None),
-    "bf16-master-weights": PrecisionPlan("bf16-master-weights", "bf16 weights and gradients, fp32 master weights",
-                                         "bf16", "bf16", "bf16", True, "fp32", None),
-    "fp16-master-weights": PrecisionPlan("fp16-master-weights", "fp16 weights and gradients, fp32 master weights",
-                                         "fp16", "fp16", "fp16", True, "fp32", None),
-    "bf16-master-weights-fp32-grads": PrecisionPlan("bf16-master-weights-fp32-grads",
-                                                    "bf16 weights, fp32 gradients and master weights (Megatron-LM)",
-                                                    "bf16", "bf16", "fp32", True, "fp32", None),
-    "bf16-pure": PrecisionPlan("bf16-pure", "bf16 weights, gradients and optimizer states", "bf16", "bf16", "bf16",
-                               False, "bf16", None),
+    "amp-bf16": PrecisionPlan(
+        "amp-bf16", "autocast to bf16 over fp32 weights", "fp32", "fp32", "fp32", False, "fp32", "bf16"
+    ),
+    "amp-fp16": PrecisionPlan(
+        "amp-fp16", "autocast to fp16 over fp32 weights, gradient scaler", "fp32", "fp32", "fp32", False, "fp32", "fp16"
+    ),
+    "fsdp-mixed-bf16": PrecisionPlan(
+        "fsdp-mixed-bf16",
+        "FSDP MixedPrecision: fp32 shards, bf16 gathered weights and compute",
+        "fp32",
+        "bf16",
+        "fp32",
+        False,
+        "fp32",
+        None,
+    ),
+    "fsdp-mixed-fp16": PrecisionPlan(
+        "fsdp-mixed-fp16",
+        "FSDP MixedPrecision: fp32 shards, fp16 gathered weights and compute",
+        "fp32",
+        "fp16",
+        "fp32",
+        False,
+        "fp32",
+        None,
+    ),
+    "bf16-master-weights": PrecisionPlan(
+        "bf16-master-weights",
+        "bf16 weights and gradients, fp32 master weights",
+        "bf16",
+        "bf16",
+        "bf16",
+        True,
+        "fp32",
+        None,
+    ),
+    "fp16-master-weights": PrecisionPlan(
+        "fp16-master-weights",
+        "fp16 weights and gradients, fp32 master weights",
+        "fp16",
+        "fp16",
+        "fp16",
+        True,
+        "fp32",
+        None,
+    ),
+    "bf16-master-weights-fp32-grads": PrecisionPlan(
+        "bf16-master-weights-fp32-grads",
+        "bf16 weights, fp32 gradients and master weights (Megatron-LM)",
+        "bf16",
+        "bf16",
+        "fp32",
+        True,
+        "fp32",
+        None,
+    ),
+    "bf16-pure": PrecisionPlan(
+        "bf16-pure", "bf16 weights, gradients and optimizer states", "bf16", "bf16", "bf16", False, "bf16", None
+    ),
 }
 
 

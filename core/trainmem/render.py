@@ -26,7 +26,7 @@ def _sparkline(values: list[int], width: int = 60) -> str:
     if not values:
         return ""
     step = max(1, -(-len(values) // width))
-    samples = [max(values[i:i + step]) for i in range(0, len(values), step)]
+    samples = [max(values[i : i + step]) for i in range(0, len(values), step)]
     top = max(samples) or 1
     return "".join(_SPARK[round(v / top * (len(_SPARK) - 1))] for v in samples)
 
@@ -38,18 +38,35 @@ def render_report(report: Report) -> str:
         f"trainmem {report.trainmem_version} · {resolved.model_description}",
         f"  {report.num_trainable_parameters:,} of {report.num_parameters:,} parameters train · "
         f"micro-batch {setup.micro_batch_size} × {setup.sequence_length} tokens"
-        + (f" × {setup.gradient_accumulation_steps} accumulation steps" if setup.gradient_accumulation_steps > 1 else ""),
+        + (
+            f" × {setup.gradient_accumulation_steps} accumulation steps"
+            if setup.gradient_accumulation_steps > 1
+            else ""
+        ),
         f"  {setup.precision} → {resolved.precision_recipe} ({resolved.precision_description}) · "
         f"{setup.optimizer.name} ({resolved.optimizer_implementation}) · checkpointing {setup.activation_checkpointing}"
         f" · attention {setup.attention}",
     ]
     if parallel.num_gpus > 1:
-        strategy = {"ddp": "DDP", "zero": f"ZeRO-{parallel.zero_stage}", "fsdp": f"FSDP {parallel.fsdp_sharding_strategy}"}
-        sizes = [f"{name} {size}" for name, size in (("TP", parallel.tensor_parallel_size),
-                 ("PP", parallel.pipeline_parallel_size), ("CP", parallel.context_parallel_size),
-                 ("EP", parallel.expert_parallel_size)) if size > 1]
-        lines.append(f"  {parallel.num_gpus} GPUs · {strategy[parallel.strategy]} over {resolved.data_parallel_size} "
-                     f"data-parallel ranks" + (" · " + ", ".join(sizes) if sizes else ""))
+        strategy = {
+            "ddp": "DDP",
+            "zero": f"ZeRO-{parallel.zero_stage}",
+            "fsdp": f"FSDP {parallel.fsdp_sharding_strategy}",
+        }
+        sizes = [
+            f"{name} {size}"
+            for name, size in (
+                ("TP", parallel.tensor_parallel_size),
+                ("PP", parallel.pipeline_parallel_size),
+                ("CP", parallel.context_parallel_size),
+                ("EP", parallel.expert_parallel_size),
+            )
+            if size > 1
+        ]
+        lines.append(
+            f"  {parallel.num_gpus} GPUs · {strategy[parallel.strategy]} over {resolved.data_parallel_size} "
+            f"data-parallel ranks" + (" · " + ", ".join(sizes) if sizes else "")
+        )
     for index, rank in enumerate(report.ranks):
         heaviest = " (heaviest)" if len(report.ranks) > 1 and index == report.heaviest_rank else ""
         lines += [
@@ -60,15 +77,25 @@ def render_report(report: Report) -> str:
         total = rank.peak_total_bytes or 1
         for category in CATEGORIES:
             value = getattr(rank.breakdown, category)
-            lines.append(f"  {_CATEGORY_NAMES[category]:<18}{format_bytes(value):>12} {value / total:>4.0%}  "
-                         f"{_bar(value / total)}")
+            lines.append(
+                f"  {_CATEGORY_NAMES[category]:<18}{format_bytes(value):>12} {value / total:>4.0%}  "
+                f"{_bar(value / total)}"
+            )
             for part in (p for p in rank.parts if p.category == category):
                 detail = f"  ({part.detail})" if part.detail else ""
                 lines.append(f"      {part.name:<34}{format_bytes(part.bytes):>12}{detail}")
         lines.append(f"  peak at {rank.peak.description}")
         timeline = rank.timeline
-        totals = [sum(values) for values in zip(timeline.parameters, timeline.gradients, timeline.optimizer_states,
-                                                 timeline.activations, timeline.overhead)]
+        totals = [
+            sum(values)
+            for values in zip(
+                timeline.parameters,
+                timeline.gradients,
+                timeline.optimizer_states,
+                timeline.activations,
+                timeline.overhead,
+            )
+        ]
         lines.append(f"  step timeline (allocated): {_sparkline(totals)}")
         if rank.cpu_offload_bytes:
             lines.append(f"  offloaded to CPU memory: {format_bytes(rank.cpu_offload_bytes)}")

@@ -8,7 +8,7 @@ communication library buffers): the figure nvidia-smi shows and the one that mus
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field
 

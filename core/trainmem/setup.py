@@ -28,6 +28,7 @@ from pydantic import (
 from ._base import FrozenModel
 from .architecture import Architecture
 from .catalogs import gpus, optimizers, presets
+from .errors import FieldError
 from .hf_config import architecture_from_hf_config
 
 # --------------------------------------------------------------------------- model
@@ -189,7 +190,8 @@ class Parallelism(FrozenModel):
         default="ddp", description="Data parallelism: PyTorch DDP, DeepSpeed ZeRO, or PyTorch FSDP."
     )
     zero_stage: Literal[0, 1, 2, 3] = Field(
-        default=0, description="DeepSpeed zero_optimization.stage: 1 shards optimizer states, 2 also gradients, 3 also weights."
+        default=0,
+        description="DeepSpeed zero_optimization.stage: 1 shards optimizer states, 2 also gradients, 3 also weights.",
     )
     fsdp_sharding_strategy: FSDPShardingStrategy = "FULL_SHARD"
     gpus_per_node: PositiveInt = Field(default=8, description="Shard group size of HYBRID_SHARD.")
@@ -212,28 +214,34 @@ class Parallelism(FrozenModel):
         return data
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Parallelism":
+    def _consistent(self) -> Parallelism:
         model_parallel = self.tensor_parallel_size * self.pipeline_parallel_size * self.context_parallel_size
         if self.num_gpus % model_parallel:
-            raise ValueError(
+            raise FieldError(
+                "num_gpus",
                 f"num_gpus ({self.num_gpus}) must be a multiple of tensor_parallel_size × pipeline_parallel_size × "
-                f"context_parallel_size ({model_parallel})"
+                f"context_parallel_size ({model_parallel})",
             )
         if self.zero_stage and self.strategy != "zero":
-            raise ValueError(f"zero_stage {self.zero_stage} needs strategy 'zero' (got {self.strategy!r})")
+            raise FieldError(
+                "zero_stage", f"zero_stage {self.zero_stage} needs strategy 'zero' (got {self.strategy!r})"
+            )
         if self.offload_parameters and not (
             (self.strategy == "zero" and self.zero_stage == 3) or self.strategy == "fsdp"
         ):
-            raise ValueError("offload_parameters needs strategy 'zero' with zero_stage 3, or strategy 'fsdp'")
+            raise FieldError(
+                "offload_parameters", "offload_parameters needs strategy 'zero' with zero_stage 3, or strategy 'fsdp'"
+            )
         if self.offload_optimizer and self.strategy == "ddp":
-            raise ValueError("offload_optimizer needs strategy 'zero' or 'fsdp'")
+            raise FieldError("offload_optimizer", "offload_optimizer needs strategy 'zero' or 'fsdp'")
         if self.sequence_parallel and self.tensor_parallel_size == 1:
-            raise ValueError("sequence_parallel needs tensor_parallel_size > 1")
+            raise FieldError("sequence_parallel", "sequence_parallel needs tensor_parallel_size > 1")
         data_parallel = self.num_gpus // model_parallel
         if self.expert_parallel_size > data_parallel * self.context_parallel_size:
-            raise ValueError(
+            raise FieldError(
+                "expert_parallel_size",
                 f"expert_parallel_size ({self.expert_parallel_size}) cannot exceed the data × context parallel size "
-                f"({data_parallel * self.context_parallel_size})"
+                f"({data_parallel * self.context_parallel_size})",
             )
         return self
 
@@ -327,7 +335,7 @@ class CustomGPU(FrozenModel):
 def _check_gpu_name(name: str) -> str:
     key = name.strip().lower()
     if key not in gpus():
-        raise ValueError(f"unknown gpu {name!r}; allowed: {', '.join(gpus())}, or {{\"memory_gib\": N}}")
+        raise ValueError(f'unknown gpu {name!r}; allowed: {", ".join(gpus())}, or {{"memory_gib": N}}')
     return key
 
 
@@ -393,45 +401,71 @@ class Setup(FrozenModel):
         return _check_gpu_name(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Setup":
+    def _consistent(self) -> Setup:
         architecture = self.architecture()
         parallel = self.parallelism
         if architecture is not None:
             if architecture.num_attention_heads % parallel.tensor_parallel_size:
-                raise ValueError(
+                raise FieldError(
+                    "parallelism.tensor_parallel_size",
                     f"parallelism.tensor_parallel_size ({parallel.tensor_parallel_size}) must divide "
-                    f"num_attention_heads ({architecture.num_attention_heads})"
+                    f"num_attention_heads ({architecture.num_attention_heads})",
                 )
             if architecture.num_hidden_layers % parallel.pipeline_parallel_size:
-                raise ValueError(
+                raise FieldError(
+                    "parallelism.pipeline_parallel_size",
                     f"parallelism.pipeline_parallel_size ({parallel.pipeline_parallel_size}) must divide "
-                    f"num_hidden_layers ({architecture.num_hidden_layers})"
+                    f"num_hidden_layers ({architecture.num_hidden_layers})",
                 )
             if parallel.expert_parallel_size > 1 and (
                 not architecture.is_moe or architecture.num_experts % parallel.expert_parallel_size
             ):
-                raise ValueError(
+                raise FieldError(
+                    "parallelism.expert_parallel_size",
                     f"parallelism.expert_parallel_size ({parallel.expert_parallel_size}) needs a MoE model whose "
-                    "num_experts it divides"
+                    "num_experts it divides",
                 )
             if self.sequence_length % parallel.context_parallel_size:
-                raise ValueError(
+                raise FieldError(
+                    "sequence_length",
                     f"sequence_length ({self.sequence_length}) must be a multiple of "
-                    f"parallelism.context_parallel_size ({parallel.context_parallel_size})"
+                    f"parallelism.context_parallel_size ({parallel.context_parallel_size})",
                 )
             for name in self.finetuning.frozen:
                 if name.startswith("layers:") and _parse_layer_range(name).stop > architecture.num_hidden_layers:
-                    raise ValueError(
-                        f"finetuning.frozen {name!r} goes past the model's {architecture.num_hidden_layers} layers"
+                    raise FieldError(
+                        "finetuning.frozen",
+                        f"finetuning.frozen {name!r} goes past the model's {architecture.num_hidden_layers} layers",
                     )
+            self._check_lora_targets(architecture)
         elif self.finetuning.method != "full" or self.finetuning.frozen:
-            raise ValueError("LoRA, QLoRA and frozen groups need an architecture: give a preset, hf_config or architecture")
+            raise FieldError(
+                "finetuning",
+                "LoRA, QLoRA and frozen groups need an architecture: give a preset, hf_config or architecture",
+            )
         if self.pipeline_and_accumulation_mismatch():
-            raise ValueError(
+            raise FieldError(
+                "gradient_accumulation_steps",
                 "with pipeline parallelism, gradient_accumulation_steps is the number of micro-batches per step and "
-                f"must be at least pipeline_parallel_size ({parallel.pipeline_parallel_size})"
+                f"must be at least pipeline_parallel_size ({parallel.pipeline_parallel_size})",
             )
         return self
+
+    def _check_lora_targets(self, architecture: Architecture) -> None:
+        """PEFT refuses a LoraConfig whose target_modules match no module of the model."""
+        lora = self.finetuning.lora
+        if self.finetuning.method == "full" or lora.target_modules == LINEAR_TARGET_ALL:
+            return
+        from .inventory import build_inventory
+
+        modules = [t.module for t in build_inventory(architecture).linear_modules()]
+        if not any(m == target or m.endswith("." + target) for m in modules for target in lora.target_modules):
+            names = sorted({m.rsplit(".", 1)[-1] for m in modules})
+            raise FieldError(
+                "finetuning.lora.target_modules",
+                f"{lora.target_modules} match no linear module of this model; allowed: "
+                f"{', '.join(names)}, or 'all-linear'",
+            )
 
     def pipeline_and_accumulation_mismatch(self) -> bool:
         return 1 < self.parallelism.pipeline_parallel_size > self.gradient_accumulation_steps

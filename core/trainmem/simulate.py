@@ -93,6 +93,7 @@ def _shape(plan: Plan) -> LayerShape:
         intermediate=arch.intermediate_size // tp,
         stream_tokens=tokens // tp if parallel.sequence_parallel else tokens,
         experts_per_token=arch.num_experts_per_tok if arch.is_moe else 0,
+        local_experts=arch.num_experts // parallel.expert_parallel_size if arch.is_moe else 0,
         shared_intermediate=arch.shared_expert_intermediate_size // tp,
     )
 
@@ -135,31 +136,40 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     key = (arch, shape, kernels, _trainability_key(trainability), grads_exist)
     embedding_trains = plan.module_trains("wte" if arch.model_type == "gpt2" else "embed_tokens")
     layer = _cached(("layer", key, True), lambda: trace_layer(arch, shape, kernels, trainability, True, grads_exist))
-    first_input_grad = embedding_trains or checkpointing != "none" or not stage.has_embedding
-    first = layer if first_input_grad else _cached(
-        ("layer", key, False), lambda: trace_layer(arch, shape, kernels, trainability, False, grads_exist))
+    # HF gradient checkpointing with a frozen embedding calls enable_input_require_grads().
+    first_input_grad = embedding_trains or checkpointing == "full" or not stage.has_embedding
+    first = (
+        layer
+        if first_input_grad
+        else _cached(("layer", key, False), lambda: trace_layer(arch, shape, kernels, trainability, False, grads_exist))
+    )
     no_grad = None
     if checkpointing == "full":
         frozen = Trainability(lambda module: False, lambda module: False)
         plain = replace(kernels, lora_rank=0)
-        no_grad = _cached(("no_grad", arch, shape, plain),
-                          lambda: trace_layer(arch, shape, plain, frozen, False, False))
+        no_grad = _cached(
+            ("no_grad", arch, shape, plain), lambda: trace_layer(arch, shape, plain, frozen, False, False)
+        )
     embedding = None
     if stage.has_embedding:
         # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
         tied = arch.tie_word_embeddings and stage.has_head and embedding_trains
-        embedding = _cached(("embedding", key, tied),
-                            lambda: trace_embedding(arch, shape, kernels, trainability, grads_exist, tied))
+        embedding = _cached(
+            ("embedding", key, tied), lambda: trace_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+        )
     head = None
     if stage.has_head:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         if plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
-            head = _cached(("chunked_head", key, vocab, chunks), lambda: trace_chunked_loss_head(
-                arch, shape, kernels, trainability, vocab, chunks, grads_exist))
+            head = _cached(
+                ("chunked_head", key, vocab, chunks),
+                lambda: trace_chunked_loss_head(arch, shape, kernels, trainability, vocab, chunks, grads_exist),
+            )
         else:
-            head = _cached(("head", key, vocab),
-                           lambda: trace_loss_head(arch, shape, kernels, trainability, vocab, grads_exist))
+            head = _cached(
+                ("head", key, vocab), lambda: trace_loss_head(arch, shape, kernels, trainability, vocab, grads_exist)
+            )
     return _Traces(layer, first, no_grad, embedding, head)
 
 
@@ -184,12 +194,41 @@ def _trainability_key(trainability: Trainability) -> tuple:
 
 
 _LAYER_MODULES = (
-    "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm",
-    "ln_1", "ln_2", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.qkv_proj",
-    "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm", "attn.c_attn", "attn.c_proj", "mlp.c_fc",
-    "mlp.c_proj", "mlp.fc1", "mlp.fc2", "mlp.gate_proj", "mlp.up_proj", "mlp.gate_up_proj", "mlp.down_proj",
-    "mlp.gate", "mlp.experts", "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
-    "mlp.shared_expert.down_proj", "mlp.shared_expert_gate", "norm", "ln_f", "embed_tokens", "wte", "wpe", "lm_head",
+    "input_layernorm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "post_feedforward_layernorm",
+    "ln_1",
+    "ln_2",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.qkv_proj",
+    "self_attn.o_proj",
+    "self_attn.q_norm",
+    "self_attn.k_norm",
+    "attn.c_attn",
+    "attn.c_proj",
+    "mlp.c_fc",
+    "mlp.c_proj",
+    "mlp.fc1",
+    "mlp.fc2",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.gate_up_proj",
+    "mlp.down_proj",
+    "mlp.gate",
+    "mlp.experts",
+    "mlp.shared_expert.gate_proj",
+    "mlp.shared_expert.up_proj",
+    "mlp.shared_expert.down_proj",
+    "mlp.shared_expert_gate",
+    "norm",
+    "ln_f",
+    "embed_tokens",
+    "wte",
+    "wpe",
+    "lm_head",
 )
 
 
@@ -241,12 +280,14 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
     states = state_bytes(plan.optimizer, tensors, state_dtype) // sharding.optimizer
     scalar = plan.optimizer.scalar_state
-    if scalar == "device" or (scalar == "host_unless_fused" and
-                              (plan.device == "cpu" or plan.optimizer_implementation == "fused")):
+    if scalar == "device" or (
+        scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
+    ):
         states += 4 * (sum(s.count for s in trainable) + 2 * sum(layers_ for _, _, layers_ in adapters))
     master = trainable_numel * 4 // sharding.optimizer if precision.master_weights and not plan.lora else 0
-    temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, tensors, state_dtype,
-                                   sharding.optimizer)
+    temporaries = step_temporaries(
+        plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
+    )
     offloaded = 0
     if parallel.offload_optimizer:
         offloaded = states + master
@@ -302,11 +343,21 @@ def _count_only_states(plan: Plan) -> ModelStates:
     if plan.parallel.offload_parameters:
         offloaded, weights = offloaded + weights, 0
     return ModelStates(
-        weights=weights, weights_detail=precision.stored_weight_dtype, adapters=0,
+        weights=weights,
+        weights_detail=precision.stored_weight_dtype,
+        adapters=0,
         gradients=n * DTYPE_BYTES[precision.gradient_dtype] // sharding.gradients,
-        gradients_per_layer=0, gradients_embedding=0, gradients_head=0,
-        master_weights=master, optimizer_states=states, optimizer_detail=plan.optimizer.display_name,
-        step_temporaries=0, step_detail="", gathered_layer_weights=0, trainable_numel=n, offloaded_bytes=offloaded,
+        gradients_per_layer=0,
+        gradients_embedding=0,
+        gradients_head=0,
+        master_weights=master,
+        optimizer_states=states,
+        optimizer_detail=plan.optimizer.display_name,
+        step_temporaries=0,
+        step_detail="",
+        gathered_layer_weights=0,
+        trainable_numel=n,
+        offloaded_bytes=offloaded,
     )
 
 
@@ -352,17 +403,31 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     if plan.precision.recipe == "bf16-master-weights-fp32-grads":
         account.set("gradients", "gradients", states.gradients, "fp32 gradient buffer (Megatron main_grad)")
     if parallel.strategy == "ddp" and plan.data_parallel_size > 1:
-        account.set("overhead", "DDP gradient buckets", states.gradients,
-                    "DDP copies gradients into flat all-reduce buckets (gradient_as_bucket_view=False)")
+        account.set(
+            "overhead",
+            "DDP gradient buckets",
+            states.gradients,
+            "DDP copies gradients into flat all-reduce buckets (gradient_as_bucket_view=False)",
+        )
     if parallel.strategy == "zero" and parallel.zero_stage in (1, 2) and plan.data_parallel_size > 1:
         bucket = min(ZERO_REDUCE_BUCKET_ELEMENTS, states.trainable_numel) * DTYPE_BYTES[plan.precision.gradient_dtype]
-        account.set("overhead", "ZeRO reduce bucket", bucket, "DeepSpeed contiguous gradient bucket (reduce_bucket_size 5e8)")
+        account.set(
+            "overhead", "ZeRO reduce bucket", bucket, "DeepSpeed contiguous gradient bucket (reduce_bucket_size 5e8)"
+        )
     if parallel.strategy == "zero" and parallel.zero_stage == 3:
-        account.set("parameters", "persistent gathered parameters", _persistent_small_params(plan),
-                    "parameters under stage3_param_persistence_threshold stay gathered")
+        account.set(
+            "parameters",
+            "persistent gathered parameters",
+            _persistent_small_params(plan),
+            "parameters under stage3_param_persistence_threshold stay gathered",
+        )
     setup = plan.setup
-    account.set("activations", "input batch", setup.micro_batch_size * setup.sequence_length * 8,
-                "token ids (int64), also used as labels")
+    account.set(
+        "activations",
+        "input batch",
+        setup.micro_batch_size * setup.sequence_length * 8,
+        "token ids (int64), also used as labels",
+    )
     account.record("step start", "start", 1)
 
 
@@ -396,8 +461,16 @@ def _gathered_weights(plan: Plan, states: ModelStates) -> tuple[int, str]:
     return layer + prefetch, "this layer and the prefetch bucket (stage3_prefetch_bucket_size 5e7)"
 
 
-def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces, account: MemoryAccount,
-                 micro_batch: int, in_flight: int, grads_exist: bool) -> None:
+def _micro_batch(
+    plan: Plan,
+    stage: Stage,
+    states: ModelStates,
+    traces: _Traces,
+    account: MemoryAccount,
+    micro_batch: int,
+    in_flight: int,
+    grads_exist: bool,
+) -> None:
     """Forward and backward of one micro-batch (``in_flight`` of them overlap on a pipeline stage).
 
     Parts kept during the forward: "saved for backward" (what finished layers saved),
@@ -406,7 +479,9 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
     """
     checkpointing = plan.setup.activation_checkpointing
     accumulation = plan.setup.gradient_accumulation_steps
-    suffix = "" if accumulation == 1 else (" (micro-batch 1)" if micro_batch == 1 else f" (micro-batches 2–{accumulation})")
+    suffix = (
+        "" if accumulation == 1 else (" (micro-batch 1)" if micro_batch == 1 else f" (micro-batches 2–{accumulation})")
+    )
     gathered, gathered_detail = _gathered_weights(plan, states)
     stream = _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype]
     recompute = checkpointing == "full"
@@ -422,8 +497,12 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
 
     if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
         held = (in_flight - 1) * stage.num_layers * sum(kept_by(traces.layer))
-        account.set("activations", "earlier micro-batches in flight", held,
-                    f"{in_flight - 1} micro-batches waiting for their backward (1F1B schedule)")
+        account.set(
+            "activations",
+            "earlier micro-batches in flight",
+            held,
+            f"{in_flight - 1} micro-batches waiting for their backward (1F1B schedule)",
+        )
 
     # ---- forward
     embedding = traces.embedding
@@ -442,10 +521,16 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
     for index, trace in enumerate((traces.first_layer, traces.layer)[: stage.num_layers]):
         working = traces.no_grad_layer.forward_peak_bytes if recompute else trace.forward_peak_bytes
         saved, copies = kept_by(trace)
-        delta = {("activations", saved_name): saved, ("parameters", copies_name): copies,
-                 ("parameters", "autocast cache"): trace.cached_weight_copy_bytes - copies}
-        labels = ([f"layer 0 forward{suffix}"] if index == 0 else
-                  [f"layer {i} forward{suffix}" for i in range(1, stage.num_layers)])
+        delta = {
+            ("activations", saved_name): saved,
+            ("parameters", copies_name): copies,
+            ("parameters", "autocast cache"): trace.cached_weight_copy_bytes - copies,
+        }
+        labels = (
+            [f"layer 0 forward{suffix}"]
+            if index == 0
+            else [f"layer {i} forward{suffix}" for i in range(1, stage.num_layers)]
+        )
         account.record_series(labels, "forward", micro_batch, {("activations", "layer working memory"): working}, delta)
         if index == 0 and embedding is not None and (recompute or trace.input_saved):
             account.add("activations", "embedding output", -stream)  # now counted among the saved tensors
@@ -456,20 +541,38 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
     # ---- loss, and the start of backward
     head = traces.head
     if head is not None:
-        account.record("loss" + suffix, "loss", micro_batch,
-                       {("activations", "logits and loss temporaries"):
-                        head.forward_peak_bytes - account.get("activations", "hidden state")})
+        account.record(
+            "loss" + suffix,
+            "loss",
+            micro_batch,
+            {
+                ("activations", "logits and loss temporaries"): head.forward_peak_bytes
+                - account.get("activations", "hidden state")
+            },
+        )
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
         account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
-        account.add("activations", "saved by the loss head", head.saved_activation_bytes,
-                    "the final norm's tensors and the fp32 log-softmax of the logits")
+        account.add(
+            "activations",
+            "saved by the loss head",
+            head.saved_activation_bytes,
+            "the final norm's tensors and the fp32 log-softmax of the logits",
+        )
         account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
         new_grads = 0 if grads_exist else head.backward_peak_grad_bytes
-        account.record("loss backward" + suffix, "backward", micro_batch,
-                       {("activations", "logits and loss temporaries"): head.backward_peak_bytes
-                        - head.saved_activation_bytes - head.saved_weight_copy_bytes - new_grads,
-                        ("gradients", "gradients"): new_grads})
+        account.record(
+            "loss backward" + suffix,
+            "backward",
+            micro_batch,
+            {
+                ("activations", "logits and loss temporaries"): head.backward_peak_bytes
+                - head.saved_activation_bytes
+                - head.saved_weight_copy_bytes
+                - new_grads,
+                ("gradients", "gradients"): new_grads,
+            },
+        )
         account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
         account.add("parameters", copies_name, -head.saved_weight_copy_bytes)
         if not grads_exist:
@@ -484,8 +587,13 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
     if gathered:
         account.set("parameters", "gathered weights", gathered, gathered_detail)
     for index, trace in ((1, traces.layer), (0, traces.first_layer)):
-        labels = ([f"layer {i} backward{suffix}" for i in reversed(range(1, stage.num_layers))] if index else
-                  [f"layer 0 backward{suffix}"] if stage.num_layers else [])
+        labels = (
+            [f"layer {i} backward{suffix}" for i in reversed(range(1, stage.num_layers))]
+            if index
+            else [f"layer 0 backward{suffix}"]
+            if stage.num_layers
+            else []
+        )
         saved, copies = kept_by(trace)
         new_grads = 0 if grads_exist else trace.backward_peak_grad_bytes
         if recompute:  # the layer's forward runs again, then its backward: its saved tensors exist again
@@ -496,22 +604,41 @@ def _micro_batch(plan: Plan, stage: Stage, states: ModelStates, traces: _Traces,
         reduce_scratch = trace.parameter_grad_bytes if plan.sharding.gradients > 1 else 0
         stored = 0 if grads_exist else _stored(plan, states.gradients_per_layer, trace.parameter_grad_bytes)
         account.record_series(
-            labels, "backward", micro_batch,
-            {("activations", "backward working memory"): working, ("gradients", "gradients"): new_grads,
-             ("overhead", "reduce-scatter buffer"): reduce_scratch},
-            {("activations", saved_name): -saved, ("parameters", copies_name): -copies, ("gradients", "gradients"): stored},
+            labels,
+            "backward",
+            micro_batch,
+            {
+                ("activations", "backward working memory"): working,
+                ("gradients", "gradients"): new_grads,
+                ("overhead", "reduce-scatter buffer"): reduce_scratch,
+            },
+            {
+                ("activations", saved_name): -saved,
+                ("parameters", copies_name): -copies,
+                ("gradients", "gradients"): stored,
+            },
         )
     if gathered:
         account.set("parameters", "gathered weights", 0)
 
     if embedding is not None:
         new_grads = 0 if grads_exist else embedding.backward_peak_grad_bytes
-        account.record("embedding backward" + suffix, "backward", micro_batch,
-                       {("activations", "backward working memory"): embedding.backward_peak_bytes
-                        - embedding.saved_activation_bytes - stream - new_grads,
-                        ("gradients", "gradients"): new_grads})
+        account.record(
+            "embedding backward" + suffix,
+            "backward",
+            micro_batch,
+            {
+                ("activations", "backward working memory"): embedding.backward_peak_bytes
+                - embedding.saved_activation_bytes
+                - stream
+                - new_grads,
+                ("gradients", "gradients"): new_grads,
+            },
+        )
         if not grads_exist:
-            account.add("gradients", "gradients", _stored(plan, states.gradients_embedding, embedding.parameter_grad_bytes))
+            account.add(
+                "gradients", "gradients", _stored(plan, states.gradients_embedding, embedding.parameter_grad_bytes)
+            )
     account.set("activations", saved_name, 0)
     account.set("activations", "rotary cos/sin", 0)
     account.set("activations", "activation gradient", 0)

@@ -41,25 +41,51 @@ def _candidates(setup: Setup) -> list[tuple[str, str, dict[str, Any]]]:
     parallel, finetuning = setup.parallelism, setup.finetuning
     out: list[tuple[str, str, dict[str, Any]]] = []
     if setup.activation_checkpointing != "full":
-        out.append(("Full activation checkpointing", "keep one input per layer, recompute the rest in backward",
-                    {"activation_checkpointing": "full"}))
+        out.append(
+            (
+                "Full activation checkpointing",
+                "keep one input per layer, recompute the rest in backward",
+                {"activation_checkpointing": "full"},
+            )
+        )
     if parallel.num_gpus > 1:
         if parallel.strategy == "ddp":
-            out.append(("ZeRO stage 2", "shard optimizer states and gradients over the data-parallel ranks",
-                        {"parallelism": {"strategy": "zero", "zero_stage": 2}}))
+            out.append(
+                (
+                    "ZeRO stage 2",
+                    "shard optimizer states and gradients over the data-parallel ranks",
+                    {"parallelism": {"strategy": "zero", "zero_stage": 2}},
+                )
+            )
         if parallel.strategy != "fsdp" and parallel.zero_stage < 3:
-            out.append(("ZeRO stage 3", "shard the weights too, gathering one layer at a time",
-                        {"parallelism": {"strategy": "zero", "zero_stage": 3}}))
+            out.append(
+                (
+                    "ZeRO stage 3",
+                    "shard the weights too, gathering one layer at a time",
+                    {"parallelism": {"strategy": "zero", "zero_stage": 3}},
+                )
+            )
     if parallel.strategy in ("zero", "fsdp") and not parallel.offload_optimizer:
-        out.append(("Offload the optimizer to the CPU", "optimizer states and master weights in host memory",
-                    {"parallelism": {"offload_optimizer": True}}))
+        out.append(
+            (
+                "Offload the optimizer to the CPU",
+                "optimizer states and master weights in host memory",
+                {"parallelism": {"offload_optimizer": True}},
+            )
+        )
     if setup.micro_batch_size > 1:
         half = setup.micro_batch_size // 2
-        out.append((f"Micro-batch {half} × {setup.gradient_accumulation_steps * 2} accumulation steps",
-                    "same global batch, half the activations",
-                    {"micro_batch_size": half, "gradient_accumulation_steps": setup.gradient_accumulation_steps * 2}))
+        out.append(
+            (
+                f"Micro-batch {half} × {setup.gradient_accumulation_steps * 2} accumulation steps",
+                "same global batch, half the activations",
+                {"micro_batch_size": half, "gradient_accumulation_steps": setup.gradient_accumulation_steps * 2},
+            )
+        )
     if setup.optimizer.name in ("adam", "adamw"):
-        out.append(("8-bit AdamW", "bitsandbytes block-wise 8-bit optimizer states", {"optimizer": {"name": "adamw-8bit"}}))
+        out.append(
+            ("8-bit AdamW", "bitsandbytes block-wise 8-bit optimizer states", {"optimizer": {"name": "adamw-8bit"}})
+        )
     if setup.attention in ("eager", "sdpa-math"):
         out.append(("Fused attention (SDPA)", "no s×s attention scores are stored", {"attention": "sdpa"}))
     if setup.loss == "standard":
@@ -67,10 +93,17 @@ def _candidates(setup: Setup) -> list[tuple[str, str, dict[str, Any]]]:
     if setup.precision == "fp32":
         out.append(("bf16 mixed precision", "16-bit activations", {"precision": "bf16-mixed"}))
     if finetuning.method == "full" and setup.architecture() is not None:
-        out.append(("LoRA (r=16, all linear layers)", "freeze the base; train low-rank adapters",
-                    {"finetuning": {"method": "lora", "lora": {"r": 16, "target_modules": "all-linear"}}}))
+        out.append(
+            (
+                "LoRA (r=16, all linear layers)",
+                "freeze the base; train low-rank adapters",
+                {"finetuning": {"method": "lora", "lora": {"r": 16, "target_modules": "all-linear"}}},
+            )
+        )
     if finetuning.method == "lora":
-        out.append(("QLoRA (4-bit NF4 base)", "quantise the frozen base to 4 bits", {"finetuning": {"method": "qlora"}}))
+        out.append(
+            ("QLoRA (4-bit NF4 base)", "quantise the frozen base to 4 bits", {"finetuning": {"method": "qlora"}})
+        )
     return out
 
 
@@ -106,26 +139,43 @@ def suggest(setup: Setup, report: Report, limit: int = 5) -> list[Suggestion]:
         found = _largest_micro_batch(setup_json, report)
         if found and found[0] > setup.micro_batch_size:
             size, trial = found
-            suggestions.append(Suggestion(
-                title=f"Micro-batch up to {size}",
-                detail=f"the largest micro-batch that fits {report.fit.gpu_display_name} with headroom "
-                       f"({format_bytes(trial.peak_total_bytes)})",
-                setup_patch={"micro_batch_size": size}, peak_total_bytes=trial.peak_total_bytes, fits=True))
+            suggestions.append(
+                Suggestion(
+                    title=f"Micro-batch up to {size}",
+                    detail=f"the largest micro-batch that fits {report.fit.gpu_display_name} with headroom "
+                    f"({format_bytes(trial.peak_total_bytes)})",
+                    setup_patch={"micro_batch_size": size},
+                    peak_total_bytes=trial.peak_total_bytes,
+                    fits=True,
+                )
+            )
         return suggestions
     for title, why, patch in _candidates(setup):
         trial = _try(setup_json, patch)
         if trial is None or trial.peak_total_bytes >= report.peak_total_bytes:
             continue
         saved = report.peak_total_bytes - trial.peak_total_bytes
-        suggestions.append(Suggestion(
-            title=title, detail=f"{why}: saves {format_bytes(saved)}, peak {format_bytes(trial.peak_total_bytes)}",
-            setup_patch=patch, peak_total_bytes=trial.peak_total_bytes, fits=trial.fit.fits))
+        suggestions.append(
+            Suggestion(
+                title=title,
+                detail=f"{why}: saves {format_bytes(saved)}, peak {format_bytes(trial.peak_total_bytes)}",
+                setup_patch=patch,
+                peak_total_bytes=trial.peak_total_bytes,
+                fits=trial.fit.fits,
+            )
+        )
     suggestions.sort(key=lambda s: (not s.fits, s.peak_total_bytes))
     suggestions = suggestions[:limit]
     bigger = [g for g in gpus().values() if g.memory_bytes * (1 - setup.headroom_fraction) >= report.peak_total_bytes]
     if bigger:
         gpu = min(bigger, key=lambda g: g.memory_mib)
-        suggestions.append(Suggestion(
-            title=f"A larger GPU: {gpu.display_name}", detail=f"{gpu.memory_mib / 1024:.0f} GiB holds this setup as is",
-            setup_patch={"gpu": gpu.name}, peak_total_bytes=report.peak_total_bytes, fits=True))
+        suggestions.append(
+            Suggestion(
+                title=f"A larger GPU: {gpu.display_name}",
+                detail=f"{gpu.memory_mib / 1024:.0f} GiB holds this setup as is",
+                setup_patch={"gpu": gpu.name},
+                peak_total_bytes=report.peak_total_bytes,
+                fits=True,
+            )
+        )
     return suggestions

@@ -55,8 +55,15 @@ class Sym:
 
     __slots__ = ("numel", "dtype", "requires_grad", "tag", "uid", "storage", "storage_nbytes")
 
-    def __init__(self, numel: int, dtype: str, requires_grad: bool, tag: str = "activation", storage: Optional[int] = None,
-                 storage_nbytes: Optional[int] = None):
+    def __init__(
+        self,
+        numel: int,
+        dtype: str,
+        requires_grad: bool,
+        tag: str = "activation",
+        storage: Optional[int] = None,
+        storage_nbytes: Optional[int] = None,
+    ):
         self.numel = numel
         self.dtype = dtype
         self.requires_grad = requires_grad
@@ -74,10 +81,16 @@ class Sym:
     def nbytes(self) -> int:
         return self.numel * DTYPE_BYTES[self.dtype]
 
-    def view(self, numel: Optional[int] = None) -> "Sym":
+    def view(self, numel: Optional[int] = None) -> Sym:
         """A view (reshape, transpose, slice): same storage, no new memory."""
-        return Sym(self.numel if numel is None else numel, self.dtype, self.requires_grad, self.tag, self.storage,
-                   self.storage_nbytes)
+        return Sym(
+            self.numel if numel is None else numel,
+            self.dtype,
+            self.requires_grad,
+            self.tag,
+            self.storage,
+            self.storage_nbytes,
+        )
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Sym({self.numel}×{self.dtype}, grad={self.requires_grad}, {self.tag})"
@@ -143,8 +156,14 @@ class Tape:
                 if dropped is not None:
                     self._live_bytes -= dropped.storage_nbytes
 
-    def record(self, op: str, saved: Iterable[Optional[Sym]], inputs: Iterable[Sym], outputs: Iterable[Sym],
-               extra_backward_bytes: int = 0) -> None:
+    def record(
+        self,
+        op: str,
+        saved: Iterable[Optional[Sym]],
+        inputs: Iterable[Sym],
+        outputs: Iterable[Sym],
+        extra_backward_bytes: int = 0,
+    ) -> None:
         inputs = [t for t in inputs if t.requires_grad]
         outputs = list(outputs)
         if not inputs:
@@ -178,7 +197,7 @@ class Tape:
             return tensor
         if cache and tensor.uid in self._weight_cache:
             return self._weight_cache[tensor.uid]
-        tag = "weight_copy" if tensor.tag in ("parameter", "weight_copy") else "activation"
+        tag = "weight_copy" if tensor.tag in ("parameter", "weight_copy", "external") else "activation"
         copy = self.new(tensor.numel, dtype, tensor.requires_grad, tag)
         if cache:
             self._weight_cache[tensor.uid] = copy
@@ -194,18 +213,25 @@ class Tape:
         return "fp32"
 
     # ------------------------------------------------------------------ ops
-    def linear(self, x: Sym, weight: Sym, out_features: int, bias: Optional[Sym] = None) -> Sym:
+    def linear(
+        self, x: Sym, weight: Sym, out_features: int, bias: Optional[Sym] = None, saved_input: Optional[Sym] = None
+    ) -> Sym:
         """``F.linear`` / ``addmm``: saves the (cast) input if the weight trains, the (cast) weight if
-        x needs grad. Under autocast the weight and the bias are cast (and cached, when they train)."""
+        x needs grad. Under autocast the weight and the bias are cast (and cached, when they train).
+        ``saved_input`` replaces the input among the saved tensors (sequence parallelism)."""
         x_in = self._cast_for("linear", x)
         w_in = self._cast_for("linear", weight)
         b_in = self._cast_for("linear", bias) if bias is not None else None
         rows = x.numel // (weight.numel // out_features)
-        out = self.new(rows * out_features, w_in.dtype if self.autocast is None else x_in.dtype,
-                       x.requires_grad or weight.requires_grad or bool(bias and bias.requires_grad))
+        out = self.new(
+            rows * out_features,
+            w_in.dtype if self.autocast is None else x_in.dtype,
+            x.requires_grad or weight.requires_grad or bool(bias and bias.requires_grad),
+        )
+        kept_input = x_in if saved_input is None or saved_input is x else saved_input
         self.record(
             "linear",
-            [x_in if weight.requires_grad else None, w_in if x.requires_grad else None],
+            [kept_input if weight.requires_grad else None, w_in if x.requires_grad else None],
             [x_in, w_in] + ([b_in] if b_in is not None else []),
             [out],
         )
@@ -222,7 +248,9 @@ class Tape:
     def matmul(self, a: Sym, b: Sym, out_numel: int) -> Sym:
         a_in, b_in = self._cast_for("matmul", a), self._cast_for("matmul", b)
         out = self.new(out_numel, a_in.dtype, a.requires_grad or b.requires_grad)
-        self.record("matmul", [a_in if b.requires_grad else None, b_in if a.requires_grad else None], [a_in, b_in], [out])
+        self.record(
+            "matmul", [a_in if b.requires_grad else None, b_in if a.requires_grad else None], [a_in, b_in], [out]
+        )
         self._release_casts((a_in, a), (b_in, b))
         return out
 
@@ -272,6 +300,13 @@ class Tape:
         self.record("copy", [], [x], [out], backward_scratch_bytes)
         return out
 
+    def select(self, parameter: Sym, numel: int) -> Sym:
+        """``weight[index]`` of a parameter (one expert of a stacked expert weight): a view whose
+        backward (``SelectBackward``) writes into a gradient the size of the whole parameter."""
+        view = Sym(numel, parameter.dtype, parameter.requires_grad, "external", parameter.storage)
+        self.record("select", [], [parameter], [view])
+        return view
+
     def split(self, x: Sym, sizes: list[int]) -> list[Sym]:
         """``split``/``chunk``: views of ``x``; backward concatenates their gradients into one of x's size."""
         parts = [Sym(size, x.dtype, x.requires_grad, x.tag, x.storage, x.storage_nbytes) for size in sizes]
@@ -318,7 +353,7 @@ class Tape:
         return loss
 
     # ------------------------------------------------------------------ backward replay
-    def backward(self, output_grads: Iterable[Sym], parameter_grads_exist: bool = False) -> "BackwardReplay":
+    def backward(self, output_grads: Iterable[Sym], parameter_grads_exist: bool = False) -> BackwardReplay:
         """Replay backward over the recorded nodes, newest first (see :class:`BackwardReplay`)."""
         return BackwardReplay.run(self, list(output_grads), parameter_grads_exist)
 
@@ -341,7 +376,7 @@ class BackwardReplay:
     """Gradients left for the tape's inputs (flowing on to the previous layer)."""
 
     @classmethod
-    def run(cls, tape: Tape, output_grads: list[Sym], parameter_grads_exist: bool = False) -> "BackwardReplay":
+    def run(cls, tape: Tape, output_grads: list[Sym], parameter_grads_exist: bool = False) -> BackwardReplay:
         """Walk the nodes newest first, as PyTorch's engine does on one device.
 
         ``parameter_grads_exist``: with gradient accumulation, later micro-batches add each
@@ -394,5 +429,9 @@ class BackwardReplay:
                 pending_saves[tensor.storage] -= 1
                 if pending_saves[tensor.storage] == 0 and tensor.storage in saved_live:
                     saved_bytes -= saved_live.pop(tensor.storage).storage_nbytes
-        return cls(peak_bytes=peak, peak_parameter_grad_bytes=peak_param_bytes,
-                   parameter_grad_bytes=param_grad_bytes, input_grad_bytes=grad_bytes)
+        return cls(
+            peak_bytes=peak,
+            peak_parameter_grad_bytes=peak_param_bytes,
+            parameter_grad_bytes=param_grad_bytes,
+            input_grad_bytes=grad_bytes,
+        )

@@ -57,8 +57,9 @@ class MemoryAccount:
     def get(self, category: Category, name: str) -> int:
         return self.parts.get((category, name), 0)
 
-    def record(self, label: str, phase: Phase, micro_batch: int,
-               transient: Optional[dict[PartKey, int]] = None) -> None:
+    def record(
+        self, label: str, phase: Phase, micro_batch: int, transient: Optional[dict[PartKey, int]] = None
+    ) -> None:
         """Sample the current state plus ``transient`` bytes that exist only during this event."""
         totals = list(self.totals)
         if transient:
@@ -76,9 +77,14 @@ class MemoryAccount:
                     parts[key] = parts.get(key, 0) + nbytes
             self.peak_parts = parts
 
-
-    def record_series(self, labels: list[str], phase: Phase, micro_batch: int, transient: dict[PartKey, int],
-                      delta: dict[PartKey, int]) -> None:
+    def record_series(
+        self,
+        labels: list[str],
+        phase: Phase,
+        micro_batch: int,
+        transient: dict[PartKey, int],
+        delta: dict[PartKey, int],
+    ) -> None:
         """Record one point per label for a run of identical events (the layers of a model).
 
         Before event k the state is the current one plus k × ``delta``; each point adds

@@ -1,0 +1,81 @@
+"""Preset parameter counts: trainmem's inventory against transformers, to the parameter.
+
+The counts in PUBLISHED_COUNTS were obtained by building each model from its config with
+transformers 5.24.0 on the meta device (``sum(p.numel() for p in model.parameters())``);
+they match the totals on the models' Hugging Face cards (e.g. 6.74B for Llama-2-7b,
+46.7B for Mixtral-8x7B). The torch-marked test re-derives them from transformers whenever
+it is installed, so these numbers are never taken from trainmem itself.
+"""
+
+import pytest
+
+from trainmem.catalogs import presets
+from trainmem.hf_config import architecture_from_hf_config
+from trainmem.inventory import build_inventory
+
+PUBLISHED_COUNTS = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "tinyllama-1.1b": 1_100_048_384,
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3-8b": 8_030_261_248,
+    "llama-3-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen2.5-7b": 7_615_616_512,
+    "gemma-2-9b": 9_241_705_984,
+    "phi-3-mini": 3_821_079_552,
+}
+
+REQUIRED_PRESETS = [
+    "gpt2",
+    "gpt2-medium",
+    "gpt2-large",
+    "gpt2-xl",
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-7b",
+    "gemma-2-9b",
+    "phi-3-mini",
+    "tinyllama-1.1b",
+]
+
+
+def count(name: str) -> int:
+    return build_inventory(architecture_from_hf_config(presets()[name].config)).num_parameters
+
+
+def test_catalog_has_every_required_preset():
+    missing = [name for name in REQUIRED_PRESETS if name not in presets()]
+    assert not missing
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_COUNTS))
+def test_count_matches_transformers(name):
+    assert count(name) == PUBLISHED_COUNTS[name]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(presets()))
+def test_count_matches_transformers_on_meta_device(name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = dict(presets()[name].config)
+    model_type = config.pop("model_type")
+    hf_config = transformers.AutoConfig.for_model(model_type, **config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    assert count(name) == sum(p.numel() for p in model.parameters())

@@ -1,0 +1,88 @@
+"""The symbolic autograd tape follows PyTorch's saving rules (see trainmem/tape.py)."""
+
+import pytest
+
+from trainmem.architecture import Architecture
+from trainmem.catalogs import presets
+from trainmem.hf_config import architecture_from_hf_config
+from trainmem.inventory import build_inventory
+from trainmem.layers import LayerKernels, LayerShape, Trainability, trace_layer
+from trainmem.tape import Sym, Tape
+
+
+def test_mul_saves_the_other_operand_of_each_input_that_needs_grad():
+    tape = Tape(device="cpu")
+    x = tape.new(10, "fp32", True)
+    constant = Sym(10, "fp32", False)
+    tape.mul(x, constant)
+    assert [t is constant for t in tape.nodes[-1].saved] == [True]
+
+
+def test_frozen_linear_does_not_save_its_input():
+    tape = Tape(device="cpu")
+    x = tape.new(4 * 8, "bf16", True)
+    frozen = Sym(8 * 16, "bf16", False, "parameter")
+    tape.linear(x, frozen, 16)
+    assert tape.saved_bytes() == 0  # only the (frozen) weight is needed for the input's gradient
+
+
+def test_a_view_keeps_its_whole_storage_alive():
+    tape = Tape(device="cpu")
+    qkv = tape.new(30, "fp32", True)
+    q, k, v = tape.split(qkv, [10, 10, 10])
+    tape.matmul(q, k, 100)
+    assert tape.saved_bytes() == 30 * 4
+
+
+def test_autocast_caches_casts_of_trainable_weights_only():
+    tape = Tape(device="cuda", autocast="bf16")
+    x = tape.new(4 * 8, "fp32", True)
+    trainable = Sym(8 * 8, "fp32", True, "parameter")
+    frozen = Sym(8 * 8, "fp32", False, "parameter")
+    tape.linear(x, trainable, 8)
+    tape.linear(x, frozen, 8)
+    assert tape.cached_weight_copy_bytes == 8 * 8 * 2
+
+
+def test_dropout_mask_is_one_byte_on_cuda_and_input_sized_on_cpu():
+    for device, mask_bytes in (("cuda", 1), ("cpu", 2)):
+        tape = Tape(device=device)
+        x = tape.new(100, "bf16", True)
+        tape.dropout(x, 0.1)
+        assert tape.saved_bytes() == 100 * mask_bytes
+
+
+@pytest.mark.parametrize(
+    "name", ["gpt2", "llama-3.2-1b", "phi-3-mini", "gemma-2-2b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2.5-0.5b"]
+)
+def test_backward_leaves_one_gradient_per_parameter_of_the_layer(name):
+    """The replayed backward produces a gradient for every parameter of the layer, once."""
+    arch = architecture_from_hf_config(presets()[name].config)
+    shape = LayerShape(
+        batch=1,
+        seq=16,
+        kv_seq=16,
+        heads=arch.num_attention_heads,
+        kv_heads=arch.kv_heads,
+        head_dim=arch.resolved_head_dim,
+        hidden=arch.hidden_size,
+        intermediate=arch.intermediate_size,
+        stream_tokens=16,
+        experts_per_token=arch.num_experts_per_tok if arch.is_moe else 0,
+        shared_intermediate=arch.shared_expert_intermediate_size,
+    )
+    kernels = LayerKernels(device="cuda", autocast=None, weight_dtype="bf16", stream_dtype="bf16", attention="fused")
+    trace = trace_layer(arch, shape, kernels, Trainability(lambda m: True, lambda m: False), True)
+    assert trace.parameter_grad_bytes == build_inventory(arch).layer_numel * 2
+
+
+def test_layer_input_gradient_is_one_stream_tensor():
+    arch = Architecture(
+        vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
+    )
+    shape = LayerShape(
+        batch=2, seq=8, kv_seq=8, heads=4, kv_heads=4, head_dim=16, hidden=64, intermediate=128, stream_tokens=16
+    )
+    kernels = LayerKernels(device="cuda", autocast=None, weight_dtype="fp32", stream_dtype="fp32", attention="fused")
+    trace = trace_layer(arch, shape, kernels, Trainability(lambda m: True, lambda m: False), True)
+    assert trace.input_grad_bytes == 16 * 64 * 4
