@@ -130,8 +130,10 @@ function showErrors(errors) {
 
 async function recompute() {
   resultsNode.classList.add("stale");
-  const answer = await engine.compute(minimal(setup));
+  const asked = minimal(setup);
+  const answer = await engine.compute(asked);
   if (answer.superseded) return;
+  document.documentElement.dataset.computedSetup = JSON.stringify(asked);
   document.documentElement.dataset.engine = "ready";
   if (answer.ok) {
     showErrors([]);

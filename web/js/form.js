@@ -142,7 +142,10 @@ export class SetupForm {
         const label = spec.labels?.[value] ?? hint.options?.[String(value)] ?? (value === null ? "Default" : String(value));
         input.append(el(doc, "option", { value: text(value), text: label }));
       }
-      read = () => values.find((value) => text(value) === input.value) ?? input.value;
+      read = () => {
+        const index = values.findIndex((value) => text(value) === input.value);
+        return index < 0 ? input.value : values[index];
+      };
       write = (value) => {
         if (value !== undefined && !values.some((candidate) => text(candidate) === text(value))) {
           // A value from a link that the schema does not offer: keep it, so the core can name it.
@@ -506,19 +509,20 @@ export class SetupForm {
   }
 
   fieldForError(path, message) {
-    let candidate = path;
-    if (!candidate) {
-      // A check across fields: attach it to the field its message starts with, if any.
-      const named = [...this.fields.keys()].filter((key) => message.startsWith(key) || message.startsWith(key.split(".").pop() + " "));
-      candidate = named.sort((a, b) => b.length - a.length)[0] || "";
-    }
-    while (candidate) {
+    const visible = (field) => field && !field.row.closest("[hidden]");
+    for (let candidate = path; candidate; candidate = candidate.includes(".") ? candidate.slice(0, candidate.lastIndexOf(".")) : "") {
       const field = this.fields.get(candidate);
-      if (field && !field.row.closest("[hidden]")) return field;
+      if (visible(field)) return field;
       if (field && candidate.startsWith("model")) return this.fields.get("model");
-      candidate = candidate.includes(".") ? candidate.slice(0, candidate.lastIndexOf(".")) : "";
     }
-    return null;
+    // A check across fields ("num_gpus (3) must be a multiple of ..."): the field, under the
+    // error's path, that the message starts with.
+    const prefix = path ? `${path}.` : "";
+    const named = [...this.fields.keys()]
+      .filter((key) => key.startsWith(prefix))
+      .filter((key) => message.startsWith(`${key} `) || message.startsWith(`${key.slice(prefix.length)} `))
+      .sort((a, b) => b.length - a.length);
+    return named.length ? this.fields.get(named[0]) : null;
   }
 }
 

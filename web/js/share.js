@@ -38,36 +38,35 @@ const SWITCH_FLAGS = {
   "parallelism.offload_parameters": "--offload-params",
 };
 
-/** The flags for a minimal setup, or null when some field has no flag. */
+const STRATEGY_PATHS = ["parallelism.strategy", "parallelism.zero_stage", "parallelism.fsdp_sharding_strategy"];
+const LORA_PATHS = ["finetuning.method", "finetuning.lora.r", "finetuning.lora.target_modules"];
+
+/** The flags for a minimal setup (in the setup's order), or null when some field has no flag. */
 function cliFlags(minimal, full, schema) {
   const words = [];
-  const handled = new Set();
-  const p = full.parallelism;
-  const tuning = full.finetuning;
   const pairs = flatten(minimal, schema);
-  const has = (path) => pairs.some(([key]) => key === path);
-  // Data parallelism: --zero N implies strategy "zero"; --fsdp [STRATEGY] implies "fsdp".
-  if (has("parallelism.strategy") || has("parallelism.zero_stage") || has("parallelism.fsdp_sharding_strategy")) {
-    if (p.strategy === "zero") words.push("--zero", String(p.zero_stage));
-    else if (p.strategy === "fsdp") words.push("--fsdp", p.fsdp_sharding_strategy);
-    else if (!has("parallelism.fsdp_sharding_strategy")) words.push("--ddp");
-    else return null;
-    handled.add("parallelism.strategy").add("parallelism.zero_stage").add("parallelism.fsdp_sharding_strategy");
-  }
-  // Fine-tuning: --lora R / --qlora R, --lora-targets.
-  if (has("finetuning.method") || has("finetuning.lora.r") || has("finetuning.lora.target_modules")) {
-    if (tuning.method === "full") return null;
-    words.push(tuning.method === "qlora" ? "--qlora" : "--lora", String(tuning.lora.r));
-    if (has("finetuning.lora.target_modules")) {
-      const targets = tuning.lora.target_modules;
-      words.push("--lora-targets", shellQuote(Array.isArray(targets) ? targets.join(",") : targets));
-    }
-    handled.add("finetuning.method").add("finetuning.lora.r").add("finetuning.lora.target_modules");
-  }
+  const paths = new Set(pairs.map(([path]) => path));
   for (const [path, value] of pairs) {
-    if (handled.has(path)) continue;
-    if (path === "gpu.name" && value === "custom") continue;
-    if (path in VALUE_FLAGS && value !== null && typeof value !== "object") {
+    if (STRATEGY_PATHS.includes(path)) {
+      if (path !== STRATEGY_PATHS.find((p) => paths.has(p))) continue; // written once, at its first field
+      // --zero N implies strategy "zero"; --fsdp [STRATEGY] implies "fsdp"; --ddp the default.
+      const p = full.parallelism;
+      if (p.strategy === "zero") words.push("--zero", String(p.zero_stage));
+      else if (p.strategy === "fsdp") words.push("--fsdp", p.fsdp_sharding_strategy);
+      else if (!paths.has("parallelism.fsdp_sharding_strategy")) words.push("--ddp");
+      else return null;
+    } else if (LORA_PATHS.includes(path)) {
+      if (path !== LORA_PATHS.find((p) => paths.has(p))) continue;
+      const tuning = full.finetuning;
+      if (tuning.method === "full") return null;
+      words.push(tuning.method === "qlora" ? "--qlora" : "--lora", String(tuning.lora.r));
+      if (paths.has("finetuning.lora.target_modules")) {
+        const targets = tuning.lora.target_modules;
+        words.push("--lora-targets", shellQuote(Array.isArray(targets) ? targets.join(",") : targets));
+      }
+    } else if (path === "gpu.name" && value === "custom") {
+      continue;
+    } else if (path in VALUE_FLAGS && value !== null && typeof value !== "object") {
       words.push(VALUE_FLAGS[path], shellQuote(String(value)));
     } else if (path in SWITCH_FLAGS && value === true) {
       words.push(SWITCH_FLAGS[path]);

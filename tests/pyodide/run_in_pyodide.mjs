@@ -1,0 +1,61 @@
+// Runs trainmem inside Pyodide under Node (no browser): the wheels the web page loads, plus
+// pytest, so that a break that only shows under WebAssembly fails a test.
+//
+//   node run_in_pyodide.mjs estimate WHEELS_DIR CASES.json OUT.json
+//       estimate each setup of CASES.json ([setup, ...]) with the page's bridge; write the answers
+//   node run_in_pyodide.mjs pytest WHEELS_DIR TEST_WHEELS_DIR REPO_DIR [pytest args...]
+//       run pytest over REPO_DIR (mounted read-only in spirit at /repo) with the core from the wheels
+
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const here = fileURLToPath(new URL(".", import.meta.url));
+const repo = resolve(here, "..", "..");
+// The same Pyodide the page ships: web/node_modules (npm ci), pinned in web/package.json.
+const { loadPyodide } = await import(pathToFileURL(join(repo, "web", "node_modules", "pyodide", "pyodide.mjs")).href);
+
+const [mode, wheelsDir, ...rest] = process.argv.slice(2);
+const wheelsIn = (dir) => readdirSync(dir).filter((name) => name.endsWith(".whl")).map((name) => resolve(dir, name));
+
+const output = [];
+const pyodide = await loadPyodide({
+  stdout: (line) => output.push(line) && mode === "pytest" && console.log(line),
+  stderr: (line) => console.error(line),
+});
+
+async function load(wheels) {
+  const failures = [];
+  await pyodide.loadPackage(wheels, { messageCallback: () => {}, errorCallback: (m) => failures.push(m) });
+  if (failures.length) throw new Error(`loadPackage: ${failures.join("; ")}`);
+}
+
+if (mode === "estimate") {
+  const [casesPath, outPath] = rest;
+  await load(wheelsIn(wheelsDir));
+  pyodide.FS.writeFile("/home/pyodide/trainmem_web.py", readFileSync(join(repo, "web", "py", "trainmem_web.py"), "utf8"));
+  const bridge = pyodide.pyimport("trainmem_web");
+  const cases = JSON.parse(readFileSync(casesPath, "utf8"));
+  const answers = cases.map((setup) => JSON.parse(bridge.compute(JSON.stringify(setup))));
+  answers.push({ platform: pyodide.runPython("import sys, platform; f'{sys.platform} {platform.python_version()}'") });
+  writeFileSync(outPath, JSON.stringify(answers));
+} else if (mode === "pytest") {
+  const [testWheelsDir, repoDir, ...pytestArgs] = rest;
+  await load([...wheelsIn(wheelsDir), ...wheelsIn(testWheelsDir)]);
+  pyodide.FS.mkdir("/repo");
+  pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: resolve(repoDir) }, "/repo");
+  pyodide.FS.writeFile("/home/pyodide/pyodide_pytest_plugin.py", readFileSync(join(here, "pyodide_pytest_plugin.py"), "utf8"));
+  pyodide.globals.set("pytest_args", pyodide.toPy(pytestArgs));
+  const code = pyodide.runPython(`
+import os, sys
+os.chdir("/tmp")  # hypothesis' example database and pytest's cache stay out of the repository
+sys.path.insert(0, "/home/pyodide")
+import pytest
+pytest.main(["--rootdir=/repo", "-c", "/repo/pyproject.toml", "-p", "pyodide_pytest_plugin",
+             "-p", "no:cacheprovider", *pytest_args])
+`);
+  process.exitCode = Number(code);
+} else {
+  console.error("usage: run_in_pyodide.mjs estimate|pytest ...");
+  process.exitCode = 2;
+}
