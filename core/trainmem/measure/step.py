@@ -1,0 +1,195 @@
+"""The training step that is measured, and the module-boundary markers of its timeline.
+
+One optimizer step with G = ``gradient_accumulation_steps`` micro-batches::
+
+    for micro_batch in 1..G:
+        with autocast (amp recipes only):
+            loss = model(input_ids=ids, labels=ids).loss   # the output object is dropped:
+                                                           # logits die before backward
+        (loss / G).backward()                              # outside autocast
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+The whole step runs inside ``sdpa_kernel(SDPBackend.MATH)`` for ``attention="sdpa-math"``
+(so that checkpointed recomputation uses the math path too). The same batch tensor is used
+for every micro-batch; it is allocated before the step.
+
+Markers split the step into segments for the timeline: ``forward embeddings``, ``forward
+layers.i`` (a forward pre-hook on each decoder layer), ``forward head`` (pre-hook on the
+output projection), ``loss`` (its forward hook: the upcast, log-softmax and NLL that
+follow), ``backward head``, ``backward layers.i`` (a hook on the gradient of layer i's
+output: where that layer's backward starts), ``backward embeddings`` (the gradient of
+layer 0's input, when it requires grad), ``optimizer``, ``zero_grad``. Hooks fired by
+checkpointed recomputation during backward do not move the marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..setup import Setup
+from .events import ROLE_GRADIENT, ROLE_OPTIMIZER_STATE
+from .hf_model import base_model, decoder_layers
+from .tracker import StorageTracker
+
+AUTOCAST_DTYPES = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
+
+
+class TrainingStep:
+    """Runs optimizer steps of the setup's loop; with a tracker attached, marks and snapshots them."""
+
+    def __init__(self, setup: Setup, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor):
+        self.setup = setup
+        self.model = model
+        self.optimizer = optimizer
+        self.batch = batch
+        self.device_type = batch.device.type
+        self.tracker: Optional[StorageTracker] = None
+        self.micro_batch = 0
+        self.in_backward = False
+        self.gradient_storages: set[int] = set()
+        self.optimizer_state_storages: set[int] = set()
+        self.notes: list[str] = []
+        self._install_markers()
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, tracker: Optional[StorageTracker] = None) -> None:
+        self.tracker = tracker
+        accumulation = self.setup.gradient_accumulation_steps
+        with self._attention_context():
+            for micro_batch in range(1, accumulation + 1):
+                self.micro_batch = micro_batch
+                self.in_backward = False
+                self._mark("forward", "forward embeddings")
+                with self._autocast_context():
+                    loss = self.model(input_ids=self.batch, labels=self.batch).loss
+                self.in_backward = True
+                self._mark("backward", "backward head")
+                (loss / accumulation).backward()
+                del loss
+                self._snapshot_gradients()
+            self.in_backward = False
+            self.micro_batch = 0
+            self._mark("optimizer", "optimizer")
+            self.optimizer.step()
+            self._snapshot_optimizer_state()
+            self._mark("zero_grad", "zero_grad")
+            self.optimizer.zero_grad(set_to_none=True)
+        self.tracker = None
+
+    def _autocast_context(self) -> contextlib.AbstractContextManager:
+        dtype = AUTOCAST_DTYPES.get(self.setup.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=dtype)
+
+    def _attention_context(self) -> contextlib.AbstractContextManager:
+        if self.setup.attention != "sdpa-math":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel(SDPBackend.MATH)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def register_existing(self, tracker: StorageTracker) -> None:
+        """Count what is alive when the step starts: weights and buffers, optimizer state, the batch."""
+        from .events import ROLE_INPUT, ROLE_PARAMETER
+
+        for tensor in [*self.model.parameters(), *self.model.buffers()]:
+            tracker.register(tensor, ROLE_PARAMETER)
+        for tensor in self._optimizer_state_tensors():
+            tracker.register(tensor, ROLE_OPTIMIZER_STATE)
+        for parameter in self.model.parameters():
+            if parameter.grad is not None:
+                tracker.register(parameter.grad, ROLE_GRADIENT)
+        tracker.register(self.batch, ROLE_INPUT)
+
+    def _snapshot_gradients(self) -> None:
+        if self.tracker is None:
+            return
+        for parameter in self.model.parameters():
+            if parameter.grad is not None:
+                self.gradient_storages.add(self._index_or_register(parameter.grad, ROLE_GRADIENT))
+
+    def _snapshot_optimizer_state(self) -> None:
+        if self.tracker is None:
+            return
+        for tensor in self._optimizer_state_tensors():
+            self.optimizer_state_storages.add(self._index_or_register(tensor, ROLE_OPTIMIZER_STATE))
+
+    def _optimizer_state_tensors(self) -> list[torch.Tensor]:
+        return [value for state in self.optimizer.state.values() for value in state.values() if isinstance(value, torch.Tensor)]
+
+    def _index_or_register(self, tensor: torch.Tensor, role: str) -> int:
+        assert self.tracker is not None
+        index = self.tracker.index_of(tensor)
+        if index is None:
+            self.notes.append(f"a {role} storage of {tensor.untyped_storage().nbytes()} bytes appeared outside any op")
+            index = self.tracker.register(tensor, role, op="(unseen)")
+        return index
+
+    # ------------------------------------------------------------------ markers
+
+    def _mark(self, phase: str, label: str) -> None:
+        if self.tracker is not None:
+            self.tracker.mark(phase, label, self.micro_batch)
+
+    def _install_markers(self) -> None:
+        layers = decoder_layers(self.model)
+        for position, layer in enumerate(layers):
+            layer.register_forward_pre_hook(self._forward_marker(f"forward layers.{position}"))
+            layer.register_forward_hook(self._backward_marker_on_output(f"backward layers.{position}"))
+        layers[0].register_forward_pre_hook(self._backward_marker_on_input("backward embeddings"), with_kwargs=True)
+        head = base_model(self.model).get_output_embeddings()
+        head.register_forward_pre_hook(self._forward_marker("forward head"))
+        head.register_forward_hook(lambda module, args, output: self._forward_mark_if_forward("loss", "loss"))
+
+    def _forward_mark_if_forward(self, phase: str, label: str) -> None:
+        if not self.in_backward:
+            self._mark(phase, label)
+
+    def _forward_marker(self, label: str) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: Any) -> None:
+            self._forward_mark_if_forward("forward", label)
+
+        return hook
+
+    def _gradient_hook(self, label: str) -> Callable[[torch.Tensor], None]:
+        micro_batch = self.micro_batch
+
+        def hook(gradient: torch.Tensor) -> None:
+            if self.tracker is not None:
+                self.tracker.mark("backward", label, micro_batch)
+
+        return hook
+
+    def _backward_marker_on_output(self, label: str) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+            tensor = _first_tensor(output)
+            if self.tracker is not None and not self.in_backward and tensor is not None and tensor.requires_grad:
+                tensor.register_hook(self._gradient_hook(label))
+
+        return hook
+
+    def _backward_marker_on_input(self, label: str) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: Any, kwargs: dict) -> None:
+            tensor = _first_tensor(args) if args else kwargs.get("hidden_states")
+            if self.tracker is not None and not self.in_backward and tensor is not None and tensor.requires_grad:
+                tensor.register_hook(self._gradient_hook(label))
+
+        return hook
+
+
+def _first_tensor(value: Any) -> Optional[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            if isinstance(item, torch.Tensor):
+                return item
+    return None

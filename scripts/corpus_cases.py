@@ -1,0 +1,211 @@
+"""The cases of trainmem's measured corpus (``core/trainmem/data/corpus.jsonl``).
+
+Each case is a Setup (JSON, as a user would write it) plus whether it runs on real
+tensors or under FakeTensorMode. ``scripts/build_corpus.py`` measures them; the corpus
+records the setup as replayed (explicit optimizer implementation, the attention kernel
+that ran). Small models (≤ 124M parameters) run for real on the CPU; large ones
+(355M to 7B) run on fake tensors, which count the same bytes without allocating them.
+
+Coverage, by design: GPT-2 and Llama families from ~12M to 6.7B parameters; micro-batch
+1–8; sequence 128–4096; fp32, AMP bf16 and pure bf16; SGD, SGD with momentum, Adam,
+AdamW and Adafactor; for-loop, foreach and fused optimizer steps; no and full activation
+checkpointing; eager, fused SDPA and SDPA's math path; LoRA on attention only and on all
+linear layers; gradient accumulation 2 and 4.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Small models defined here (config.json fields); the large ones are trainmem presets.
+GPT2_12M = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 192, "n_layer": 4, "n_head": 6}
+GPT2_12M_NO_DROPOUT = {**GPT2_12M, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}
+LLAMA_14M = {
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "hidden_size": 192,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
+LLAMA_58M = {
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "hidden_size": 512,
+    "intermediate_size": 1376,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
+LLAMA_ARCHITECTURE = {  # trainmem Architecture fields (rope, gated MLP, RMSNorm: built as Llama)
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "hidden_size": 256,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "intermediate_size": 688,
+    "max_position_embeddings": 2048,
+}
+GPT2_ARCHITECTURE = {  # trainmem Architecture fields (learned positions, plain MLP: built as GPT-2)
+    "model_type": "gpt2",
+    "vocab_size": 50257,
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 512,
+    "mlp": "plain",
+    "hidden_act": "gelu_new",
+    "norm": "layernorm",
+    "attention_qkv_bias": True,
+    "attention_output_bias": True,
+    "mlp_bias": True,
+    "fused_qkv": True,
+    "position_embedding": "learned",
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": True,
+    "embedding_dropout": 0.1,
+    "attention_dropout": 0.1,
+    "residual_dropout": 0.1,
+}
+GPT2_ATTENTION = ["c_attn"]
+LLAMA_ATTENTION = ["q_proj", "v_proj"]
+
+
+def case(
+    case_id: str,
+    model: Any,
+    *,
+    batch: int,
+    seq: int,
+    precision: str = "fp32",
+    optimizer: str = "adamw",
+    implementation: str | None = None,
+    attention: str = "sdpa",
+    checkpointing: str = "none",
+    lora: dict[str, Any] | None = None,
+    accumulation: int = 1,
+    fake: bool = False,
+    as_architecture: bool = False,
+    description: str = "",
+) -> dict[str, Any]:
+    """One corpus case: its id, the setup to replay, real or fake tensors.
+
+    ``model`` is a preset name or config fields, given to the Setup as ``hf_config`` or,
+    with ``as_architecture``, as a trainmem ``architecture``.
+    """
+    if isinstance(model, str):
+        model_spec: dict[str, Any] = {"preset": model}
+    elif as_architecture:
+        model_spec = {"architecture": dict(model)}
+    else:
+        model_spec = {"hf_config": dict(model)}
+    setup: dict[str, Any] = {
+        "model": model_spec,
+        "micro_batch_size": batch,
+        "sequence_length": seq,
+        "gradient_accumulation_steps": accumulation,
+        "precision": precision,
+        "optimizer": {"name": optimizer, "implementation": implementation},
+        "activation_checkpointing": checkpointing,
+        "attention": attention,
+        "runtime": {"device": "cpu"},
+    }
+    if lora is not None:
+        setup["finetuning"] = {"method": "lora", "lora": lora}
+    return {"id": case_id, "description": description, "fake": fake, "setup": setup}
+
+
+CASES: list[dict[str, Any]] = [
+    # ---------------------------------------------------------------- GPT-2 12M (real)
+    case("gpt2-12m-fp32-adamw-b1-s128", GPT2_12M, batch=1, seq=128,
+         description="Smallest case; GPT-2's attention dropout 0.1 sends CPU SDPA to its math path."),
+    case("gpt2-12m-fp32-sgd-eager-b4-s256", GPT2_12M, batch=4, seq=256, optimizer="sgd", attention="eager"),
+    case("gpt2-12m-fp32-momentum-b2-s512", GPT2_12M, batch=2, seq=512, optimizer="sgd-momentum"),
+    case("gpt2-12m-fp32-adam-fused-b2-s256", GPT2_12M, batch=2, seq=256, optimizer="adam", implementation="fused"),
+    case("gpt2-12m-fp32-adamw-foreach-b2-s256", GPT2_12M, batch=2, seq=256, implementation="foreach"),
+    case("gpt2-12m-fp32-adafactor-b2-s256", GPT2_12M, batch=2, seq=256, optimizer="adafactor"),
+    case("gpt2-12m-fp32-adamw-ga4-b2-s256", GPT2_12M, batch=2, seq=256, accumulation=4),
+    case("gpt2-12m-ampbf16-adamw-b2-s256", GPT2_12M, batch=2, seq=256, precision="amp-bf16"),
+    case("gpt2-12m-ampbf16-adamw-eager-ckpt-b2-s256", GPT2_12M, batch=2, seq=256, precision="amp-bf16",
+         attention="eager", checkpointing="full"),
+    case("gpt2-12m-bf16-adamw-b8-s128", GPT2_12M, batch=8, seq=128, precision="bf16-pure"),
+    case("gpt2-12m-nodropout-fp32-adamw-sdpa-b2-s256", GPT2_12M_NO_DROPOUT, batch=2, seq=256,
+         description="Without dropout CPU SDPA runs its fused flash kernel."),
+    case("gpt2-12m-nodropout-fp32-adamw-eager-b2-s256", GPT2_12M_NO_DROPOUT, batch=2, seq=256, attention="eager"),
+    case("gpt2-12m-ampbf16-lora-attn-b2-s256", GPT2_12M, batch=2, seq=256, precision="amp-bf16",
+         lora={"r": 8, "target_modules": GPT2_ATTENTION}),
+    case("gpt2-12m-fp32-lora-all-ckpt-b4-s128", GPT2_12M, batch=4, seq=128,
+         lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full"),
+    # ---------------------------------------------------------------- Llama 14M (real)
+    case("llama-14m-fp32-adamw-b1-s128", LLAMA_14M, batch=1, seq=128),
+    case("llama-14m-fp32-adamw-eager-b2-s512", LLAMA_14M, batch=2, seq=512, attention="eager"),
+    case("llama-14m-fp32-adamw-math-b2-s512", LLAMA_14M, batch=2, seq=512, attention="sdpa-math"),
+    case("llama-14m-ampbf16-adamw-b4-s256", LLAMA_14M, batch=4, seq=256, precision="amp-bf16"),
+    case("llama-14m-ampbf16-adamw-eager-b4-s256", LLAMA_14M, batch=4, seq=256, precision="amp-bf16", attention="eager"),
+    case("llama-14m-bf16-adamw-b2-s1024", LLAMA_14M, batch=2, seq=1024, precision="bf16-pure"),
+    case("llama-14m-bf16-sgd-b8-s256", LLAMA_14M, batch=8, seq=256, precision="bf16-pure", optimizer="sgd"),
+    case("llama-14m-fp32-momentum-foreach-b2-s256", LLAMA_14M, batch=2, seq=256, optimizer="sgd-momentum",
+         implementation="foreach"),
+    case("llama-14m-fp32-adamw-foreach-b2-s256", LLAMA_14M, batch=2, seq=256, implementation="foreach"),
+    case("llama-14m-fp32-adamw-fused-b2-s256", LLAMA_14M, batch=2, seq=256, implementation="fused"),
+    case("llama-14m-ampbf16-adafactor-b2-s512", LLAMA_14M, batch=2, seq=512, precision="amp-bf16", optimizer="adafactor"),
+    case("llama-14m-ampbf16-adamw-ckpt-b4-s512", LLAMA_14M, batch=4, seq=512, precision="amp-bf16", checkpointing="full"),
+    case("llama-14m-fp32-adamw-eager-ckpt-b2-s256", LLAMA_14M, batch=2, seq=256, attention="eager", checkpointing="full"),
+    case("llama-14m-ampbf16-lora-attn-b2-s256", LLAMA_14M, batch=2, seq=256, precision="amp-bf16",
+         lora={"r": 8, "target_modules": LLAMA_ATTENTION}),
+    case("llama-14m-bf16-lora-all-b2-s512", LLAMA_14M, batch=2, seq=512, precision="bf16-pure",
+         lora={"r": 16, "target_modules": "all-linear"}),
+    case("llama-14m-ampbf16-adamw-ga2-b2-s256", LLAMA_14M, batch=2, seq=256, precision="amp-bf16", accumulation=2),
+    case("llama-14m-ampbf16-lora-all-ckpt-ga2-b4-s256", LLAMA_14M, batch=4, seq=256, precision="amp-bf16",
+         lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", accumulation=2),
+    case("llama-14m-fp32-adamw-b1-s4096", LLAMA_14M, batch=1, seq=4096,
+         description="Long sequence: the fp32 logits and their log-softmax dominate."),
+    case("llama-26m-arch-ampbf16-adamw-b2-s256", LLAMA_ARCHITECTURE, batch=2, seq=256, precision="amp-bf16",
+         as_architecture=True, description="Model given as a trainmem architecture, built as an equivalent Llama config."),
+    case("gpt2-7m-arch-fp32-adamw-b2-s128", GPT2_ARCHITECTURE, batch=2, seq=128, as_architecture=True,
+         description="Model given as a trainmem architecture, built as an equivalent GPT-2 config."),
+    # ---------------------------------------------------------------- Llama 58M and GPT-2 124M (real)
+    case("llama-58m-ampbf16-adamw-b4-s512", LLAMA_58M, batch=4, seq=512, precision="amp-bf16"),
+    case("llama-58m-fp32-adamw-b1-s2048", LLAMA_58M, batch=1, seq=2048),
+    case("llama-58m-bf16-adafactor-eager-b2-s256", LLAMA_58M, batch=2, seq=256, precision="bf16-pure",
+         optimizer="adafactor", attention="eager"),
+    case("gpt2-fp32-adamw-b1-s512", "gpt2", batch=1, seq=512),
+    case("gpt2-ampbf16-adamw-b2-s256", "gpt2", batch=2, seq=256, precision="amp-bf16"),
+    case("gpt2-ampbf16-lora-attn-b2-s512", "gpt2", batch=2, seq=512, precision="amp-bf16",
+         lora={"r": 16, "target_modules": GPT2_ATTENTION}),
+    # ---------------------------------------------------------------- large models (fake tensors)
+    case("gpt2-fp32-adamw-b8-s1024-fake", "gpt2", batch=8, seq=1024, fake=True),
+    case("gpt2-medium-ampbf16-adamw-b4-s1024-fake", "gpt2-medium", batch=4, seq=1024, precision="amp-bf16", fake=True),
+    case("gpt2-xl-ampbf16-adamw-ckpt-b8-s1024-fake", "gpt2-xl", batch=8, seq=1024, precision="amp-bf16",
+         checkpointing="full", fake=True),
+    case("gpt2-xl-bf16-momentum-b2-s512-fake", "gpt2-xl", batch=2, seq=512, precision="bf16-pure",
+         optimizer="sgd-momentum", fake=True),
+    case("tinyllama-ampbf16-adamw-foreach-b4-s2048-fake", "tinyllama-1.1b", batch=4, seq=2048, precision="amp-bf16",
+         implementation="foreach", fake=True),
+    case("tinyllama-bf16-adamw-ckpt-b8-s1024-fake", "tinyllama-1.1b", batch=8, seq=1024, precision="bf16-pure",
+         checkpointing="full", fake=True),
+    case("tinyllama-ampbf16-adafactor-ckpt-ga4-b2-s2048-fake", "tinyllama-1.1b", batch=2, seq=2048,
+         precision="amp-bf16", optimizer="adafactor", checkpointing="full", accumulation=4, fake=True),
+    case("llama32-1b-ampbf16-adamw-b2-s4096-fake", "llama-3.2-1b", batch=2, seq=4096, precision="amp-bf16", fake=True,
+         description="128k vocabulary, tied embeddings: the loss head dominates."),
+    case("llama32-1b-fp32-adamw-eager-b1-s2048-fake", "llama-3.2-1b", batch=1, seq=2048, attention="eager", fake=True),
+    case("llama2-7b-ampbf16-lora-attn-b1-s4096-fake", "llama-2-7b", batch=1, seq=4096, precision="amp-bf16",
+         lora={"r": 16, "target_modules": LLAMA_ATTENTION}, fake=True),
+    case("llama2-7b-ampbf16-lora-all-ckpt-b4-s4096-fake", "llama-2-7b", batch=4, seq=4096, precision="amp-bf16",
+         lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", fake=True),
+    case("llama2-7b-bf16-lora-attn-ckpt-b8-s2048-fake", "llama-2-7b", batch=8, seq=2048, precision="bf16-pure",
+         lora={"r": 64, "target_modules": LLAMA_ATTENTION}, checkpointing="full", fake=True),
+    case("llama2-7b-bf16-adamw-foreach-ckpt-b1-s2048-fake", "llama-2-7b", batch=1, seq=2048, precision="bf16-pure",
+         implementation="foreach", checkpointing="full", fake=True,
+         description="foreach AdamW: the step's temporaries span all parameters at once."),
+    case("llama2-7b-bf16-sgd-b2-s2048-fake", "llama-2-7b", batch=2, seq=2048, precision="bf16-pure", optimizer="sgd",
+         fake=True),
+    case("llama2-7b-ampbf16-adamw-ckpt-b1-s1024-fake", "llama-2-7b", batch=1, seq=1024, precision="amp-bf16",
+         checkpointing="full", fake=True),
+]
