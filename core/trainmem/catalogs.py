@@ -66,6 +66,12 @@ class OptimizerKind(FrozenModel):
     quantized_state_bits: Optional[int] = Field(description="8 for bitsandbytes 8-bit states; None for full precision.")
     temporaries: TemporariesRule
     paged: bool = Field(description="bitsandbytes paged optimizer: states in CUDA unified memory.")
+    loop_keeps_previous_denominator: bool = Field(
+        default=False, description="For-loop step: the previous parameter's update buffer is still alive."
+    )
+    upcasts_to_fp32: bool = Field(
+        default=False, description="Computes on fp32 copies of 16-bit gradients and weights; fp32 statistics."
+    )
     scalar_state: Literal["none", "device", "host_unless_fused"] = Field(
         default="none", description="A 0-dim fp32 state tensor per parameter, and where it lives."
     )

@@ -285,6 +285,8 @@ class LayerProgram:
         dropout = arch.attention_dropout
         if kernel == "fused":
             return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d): no copy
+        if kernel == "math":
+            return self._math_attention(q, k, v)
         groups = shape.heads // shape.kv_heads
         if groups > 1:  # repeat_kv: expand + reshape copies
             k = tape.copy(k, k.numel * groups)
@@ -300,7 +302,7 @@ class LayerProgram:
             tape.release(divided)
             scaled = tape.scale(capped)
             tape.release(capped)
-        if kernel == "eager" and arch.eager_softmax_in_fp32:
+        if arch.eager_softmax_in_fp32:
             masked = tape.scale(scaled)  # + the 4-D causal mask (a new tensor; add saves nothing)
             tape.release(scaled)
             probs = tape.unary_saving_result("softmax", masked, dtype="fp32")
@@ -320,6 +322,54 @@ class LayerProgram:
         if self.kernels.selective_recompute:
             self._forget_saved_since(first_saved, keep=(q, k, v))
         return out
+
+    def _math_attention(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """SDPA's math fallback (``_scaled_dot_product_attention_math``).
+
+        Unless ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``, 16-bit inputs
+        are upcast to fp32 and the whole attention runs in fp32; q and k are scaled by
+        sqrt(scale) before their product, grouped-query K/V are repeated, and the output is
+        cast back. Saved: scaled q and k, the softmax, the dropout mask and output, v (all
+        fp32 for 16-bit inputs; checked against torch 2.13 on CPU).
+        """
+        arch, shape, tape = self.arch, self.shape, self.tape
+        q_in, k_in, v_in = (tape.autocast_input("sdpa", t) for t in (q, k, v))
+        autocast, tape.autocast = tape.autocast, None  # the kernel's inner ops run below autocast
+        try:
+            return self._math_attention_inner(q, k, v, q_in, k_in, v_in)
+        finally:
+            tape.autocast = autocast
+
+    def _math_attention_inner(self, q: Sym, k: Sym, v: Sym, q_in: Sym, k_in: Sym, v_in: Sym) -> Sym:
+        arch, shape, tape = self.arch, self.shape, self.tape
+        input_dtype = q_in.dtype
+        q32, k32, v32 = (tape.to(t, "fp32") for t in (q_in, k_in, v_in))
+        if v32 is v_in and shape.batch > 1:
+            # matmul folds (b, heads) of v's transposed view into one batch dimension: a contiguous
+            # copy, except for a batch of one, where the fold is a view of the projection's output.
+            v32 = tape.copy(v_in)
+        groups = shape.heads // shape.kv_heads
+        if groups > 1:
+            k32 = tape.copy(k32, k32.numel * groups)
+            v32 = tape.copy(v32, v32.numel * groups)
+        first_saved = len(tape.saved_storages)
+        q_scaled, k_scaled = tape.scale(q32), tape.scale(k32)
+        scores = tape.matmul(q_scaled, k_scaled, shape.batch * shape.heads * shape.seq * shape.kv_seq)
+        tape.release(q_scaled, k_scaled)
+        probs = tape.unary_saving_result("softmax", scores, dtype="fp32")
+        tape.release(scores)
+        dropped = tape.dropout(probs, arch.attention_dropout)
+        context = tape.matmul(dropped, v32, q.numel)
+        tape.release(probs, dropped)
+        out = tape.to(context, input_dtype)
+        contiguous = tape.copy(out)  # transpose(1, 2).reshape(...).contiguous()
+        tape.release(context, out)
+        for cast, original in ((q32, q), (k32, k), (v32, v), (q_in, q), (k_in, k), (v_in, v)):
+            if cast is not original:
+                tape.release(cast)
+        if self.kernels.selective_recompute:
+            self._forget_saved_since(first_saved, keep=())
+        return contiguous
 
     def _forget_saved_since(self, first_index: int, keep: tuple[Sym, ...]) -> None:
         """Selective recomputation (Korthikanti et al. 2022): the attention core keeps only q, k, v."""

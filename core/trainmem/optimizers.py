@@ -52,7 +52,7 @@ class TrainableTensor:
 
 def state_bytes(kind: OptimizerKind, tensors: Iterable[TrainableTensor], state_dtype: str) -> int:
     """Bytes of optimizer state for ``tensors`` (whole, unsharded)."""
-    value_bytes = DTYPE_BYTES[state_dtype]
+    value_bytes = DTYPE_BYTES["fp32" if kind.upcasts_to_fp32 else state_dtype]
     total = 0
     for tensor in tensors:
         n = tensor.numel
@@ -90,15 +90,48 @@ def step_temporaries(
         "for-loop": kind.temporaries.for_loop,
         "fused": kind.temporaries.fused,
     }[implementation]
+    if kind.upcasts_to_fp32:
+        # Adafactor updates fp32 copies of a 16-bit parameter and of its gradient: two more tensors.
+        if value_bytes < 4:
+            rule += 2
+        value_bytes = 4
     if not rule or not tensors:
         return StepTemporaries(0, "updates in place")
     if implementation == "foreach" and not kind.factored_second_moment:
         all_bytes = sum(t.numel * t.count for t in tensors) * value_bytes // shard_factor
         return StepTemporaries(int(rule * all_bytes), f"{rule:g}× all parameters (foreach)")
     largest_tensor = max(tensors, key=lambda t: t.numel)
-    largest = largest_tensor.numel * value_bytes // shard_factor
     extra = 0
     if kind.factored_second_moment and len(largest_tensor.shape) >= 2:
         # Adafactor's _approx_sq_grad also builds the row and column factors of that tensor.
         extra = (largest_tensor.shape[0] + largest_tensor.numel // largest_tensor.shape[0]) * value_bytes
-    return StepTemporaries(int(rule * largest) + extra, f"{rule:g}× the largest parameter ({implementation})")
+    previous = 1 if kind.loop_keeps_previous_denominator else 0
+    peak_numel = max(rule * current + previous * before for before, current in _consecutive_numels(tensors))
+    return StepTemporaries(
+        int(peak_numel * value_bytes // shard_factor) + extra,
+        f"{rule:g}× the parameter being updated"
+        + (" + the previous one's update" if previous else "")
+        + f" ({implementation})",
+    )
+
+
+def _consecutive_numels(tensors: list[TrainableTensor]):
+    """(previous, current) element counts in the order the optimizer visits the parameters.
+
+    ``tensors`` lists a model's trainable tensors in ``model.parameters()`` order, a tensor with
+    ``count`` > 1 standing for one per layer; consecutive tensors with the same count > 1 form
+    one layer, repeated ``count`` times.
+    """
+    before = 0
+    index = 0
+    while index < len(tensors):
+        count = tensors[index].count
+        end = index
+        while end < len(tensors) and tensors[end].count == count and count > 1:
+            end += 1
+        block = tensors[index:end] if end > index else [tensors[index]]
+        for repeat in range(min(count, 2) if count > 1 else 1):
+            for tensor in block:
+                yield before, tensor.numel
+                before = tensor.numel
+        index += len(block)

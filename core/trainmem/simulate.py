@@ -547,7 +547,9 @@ def _micro_batch(
             micro_batch,
             {
                 ("activations", "logits and loss temporaries"): head.forward_peak_bytes
-                - account.get("activations", "hidden state")
+                - head.cached_weight_copy_bytes
+                - account.get("activations", "hidden state"),
+                ("parameters", "autocast cache"): head.cached_weight_copy_bytes,
             },
         )
         account.set("activations", "hidden state", 0)
@@ -575,8 +577,18 @@ def _micro_batch(
         )
         account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
         account.add("parameters", copies_name, -head.saved_weight_copy_bytes)
+        pending = _pending_tied_gradient(plan, stage)
+        # A tied head's gradient of the embedding waits in the autograd engine for the embedding's own.
+        account.set(
+            "activations",
+            "pending tied-embedding gradient",
+            pending,
+            "the head's gradient of the shared weight, held until the embedding's arrives",
+        )
         if not grads_exist:
-            account.add("gradients", "gradients", _stored(plan, states.gradients_head, head.parameter_grad_bytes))
+            account.add(
+                "gradients", "gradients", _stored(plan, states.gradients_head, head.parameter_grad_bytes - pending)
+            )
     else:  # a pipeline stage without the head receives its output gradient from the next stage
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
@@ -636,14 +648,29 @@ def _micro_batch(
             },
         )
         if not grads_exist:
+            pending = account.get("activations", "pending tied-embedding gradient")
             account.add(
-                "gradients", "gradients", _stored(plan, states.gradients_embedding, embedding.parameter_grad_bytes)
+                "gradients",
+                "gradients",
+                _stored(plan, states.gradients_embedding, embedding.parameter_grad_bytes + pending),
             )
+        account.set("activations", "pending tied-embedding gradient", 0)
     account.set("activations", saved_name, 0)
     account.set("activations", "rotary cos/sin", 0)
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)
+
+
+def _pending_tied_gradient(plan: Plan, stage: Stage) -> int:
+    """Bytes of the head's gradient of a tied embedding weight (0 when untied or frozen)."""
+    arch = plan.architecture
+    if not (arch.tie_word_embeddings and stage.has_embedding and stage.has_head):
+        return 0
+    if not plan.module_trains("wte" if arch.model_type == "gpt2" else "embed_tokens"):
+        return 0
+    vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
+    return vocab * arch.hidden_size * DTYPE_BYTES[plan.precision.compute_weight_dtype]
 
 
 def _rotary_bytes(plan: Plan) -> int:

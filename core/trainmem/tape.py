@@ -179,7 +179,7 @@ class Tape:
         return sum(t.storage_nbytes for t in self.saved_storages.values() if t.tag in tags)
 
     # ------------------------------------------------------------------ dtype rules
-    def _cast_for(self, op: str, tensor: Sym) -> Sym:
+    def autocast_input(self, op: str, tensor: Sym) -> Sym:
         """Autocast's cast of one floating input of ``op`` (a new tensor, or the same one)."""
         if self.autocast is None or tensor.dtype not in FLOATING:
             return tensor
@@ -219,9 +219,9 @@ class Tape:
         """``F.linear`` / ``addmm``: saves the (cast) input if the weight trains, the (cast) weight if
         x needs grad. Under autocast the weight and the bias are cast (and cached, when they train).
         ``saved_input`` replaces the input among the saved tensors (sequence parallelism)."""
-        x_in = self._cast_for("linear", x)
-        w_in = self._cast_for("linear", weight)
-        b_in = self._cast_for("linear", bias) if bias is not None else None
+        x_in = self.autocast_input("linear", x)
+        w_in = self.autocast_input("linear", weight)
+        b_in = self.autocast_input("linear", bias) if bias is not None else None
         rows = x.numel // (weight.numel // out_features)
         out = self.new(
             rows * out_features,
@@ -246,7 +246,7 @@ class Tape:
                 self.release(cast)
 
     def matmul(self, a: Sym, b: Sym, out_numel: int) -> Sym:
-        a_in, b_in = self._cast_for("matmul", a), self._cast_for("matmul", b)
+        a_in, b_in = self.autocast_input("matmul", a), self.autocast_input("matmul", b)
         out = self.new(out_numel, a_in.dtype, a.requires_grad or b.requires_grad)
         self.record(
             "matmul", [a_in if b.requires_grad else None, b_in if a.requires_grad else None], [a_in, b_in], [out]
@@ -273,7 +273,7 @@ class Tape:
 
     def unary_saving_input(self, op: str, x: Sym, out_dtype: Optional[str] = None) -> Sym:
         """silu, gelu, pow: the output is new and the input is saved."""
-        x_in = self._cast_for(op, x)
+        x_in = self.autocast_input(op, x)
         out = self.new(x.numel, out_dtype or x_in.dtype, x.requires_grad)
         self.record(op, [x_in], [x], [out])
         return out
@@ -281,7 +281,7 @@ class Tape:
     def unary_saving_result(self, op: str, x: Sym, dtype: Optional[str] = None) -> Sym:
         """tanh, rsqrt, softmax, log_softmax: the output is new and saved. ``dtype`` is an explicit
         output dtype (``softmax(x, dtype=torch.float32)``), which autocast leaves alone."""
-        x_in = x if dtype is not None else self._cast_for(op, x)
+        x_in = x if dtype is not None else self.autocast_input(op, x)
         out = self.new(x.numel, dtype or x_in.dtype, x.requires_grad)
         self.record(op, [out], [x], [out])
         return out
@@ -327,16 +327,17 @@ class Tape:
 
     def layer_norm(self, x: Sym, rows: int, weight: Sym, bias: Optional[Sym]) -> Sym:
         """``F.layer_norm``: saves the input and the fp32 mean and rstd of each row."""
-        x_in = self._cast_for("layer_norm", x)
+        x_in = self.autocast_input("layer_norm", x)
         out = self.new(x.numel, x_in.dtype, True)
-        mean = Sym(rows, "fp32", False)
-        rstd = Sym(rows, "fp32", False)
+        stats_dtype = "fp32" if self.device == "cuda" else x_in.dtype  # the CPU kernel keeps the input's dtype
+        mean = Sym(rows, stats_dtype, False)
+        rstd = Sym(rows, stats_dtype, False)
         self.record("layer_norm", [x_in, mean, rstd], [x, weight] + ([bias] if bias else []), [out])
         return out
 
     def fused_attention(self, q: Sym, k: Sym, v: Sym, lse_numel: int, dropout: bool) -> Sym:
         """Flash / memory-efficient SDPA: saves q, k, v, output, fp32 logsumexp (and RNG state)."""
-        q_in, k_in, v_in = (self._cast_for("sdpa", t) for t in (q, k, v))
+        q_in, k_in, v_in = (self.autocast_input("sdpa", t) for t in (q, k, v))
         out = self.new(q.numel, q_in.dtype, True)
         lse = Sym(lse_numel, "fp32", False)
         self.record("sdpa_fused", [q_in, k_in, v_in, out, lse], [q_in, k_in, v_in], [out])
