@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .architecture import Architecture
 from .layers import LayerKernels, LayerProgram, LayerShape, Trainability
-from .tape import DTYPE_BYTES, Sym, Tape
+from .tape import Sym, Tape
 
 
 @dataclass(frozen=True)

@@ -332,7 +332,7 @@ class LayerProgram:
         cast back. Saved: scaled q and k, the softmax, the dropout mask and output, v (all
         fp32 for 16-bit inputs; checked against torch 2.13 on CPU).
         """
-        arch, shape, tape = self.arch, self.shape, self.tape
+        tape = self.tape
         q_in, k_in, v_in = (tape.autocast_input("sdpa", t) for t in (q, k, v))
         autocast, tape.autocast = tape.autocast, None  # the kernel's inner ops run below autocast
         try:

@@ -130,7 +130,7 @@ def _consecutive_numels(tensors: list[TrainableTensor]):
         while end < len(tensors) and tensors[end].count == count and count > 1:
             end += 1
         block = tensors[index:end] if end > index else [tensors[index]]
-        for repeat in range(min(count, 2) if count > 1 else 1):
+        for _ in range(min(count, 2) if count > 1 else 1):
             for tensor in block:
                 yield before, tensor.numel
                 before = tensor.numel

@@ -647,8 +647,22 @@ def _micro_batch(
                 ("gradients", "gradients"): new_grads,
             },
         )
+        pending = account.get("activations", "pending tied-embedding gradient")
+        if pending:
+            # The engine now sums the head's and the embedding's gradients of the shared weight out of
+            # place; the sum becomes .grad (or, with accumulation, is added into it).
+            account.set("activations", saved_name, 0)
+            account.set("activations", "activation gradient", 0)
+            account.record(
+                "tied embedding gradient" + suffix,
+                "backward",
+                micro_batch,
+                {
+                    ("activations", "backward working memory"): pending * (2 if grads_exist else 1),
+                    ("gradients", "gradients"): 0 if grads_exist else pending,
+                },
+            )
         if not grads_exist:
-            pending = account.get("activations", "pending tied-embedding gradient")
             account.add(
                 "gradients",
                 "gradients",
