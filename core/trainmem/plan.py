@@ -150,15 +150,19 @@ class Plan:
 
     # ------------------------------------------------------------------ which tensors train
     def _matches_lora_target(self, module: str) -> bool:
-        targets = self.finetuning.lora.target_modules
+        targets = self.finetuning.lora.targets_for(self.architecture.model_type if self.architecture else "")
         if targets == LINEAR_TARGET_ALL:
             return True
         return any(module == target or module.endswith("." + target) for target in targets)
 
-    def has_adapter(self, module: str) -> bool:
+    @cached_property
+    def _adapted_modules(self) -> frozenset[str]:
         if not self.lora or self.inventory is None:
-            return False
-        return any(t.module == module for t in self.inventory.linear_modules()) and self._matches_lora_target(module)
+            return frozenset()
+        return frozenset(t.module for t in self.inventory.linear_modules() if self._matches_lora_target(t.module))
+
+    def has_adapter(self, module: str) -> bool:
+        return module in self._adapted_modules
 
     @cached_property
     def _frozen_groups(self) -> tuple[set[str], set[int]]:

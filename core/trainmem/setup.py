@@ -255,22 +255,38 @@ class Parallelism(FrozenModel):
 LINEAR_TARGET_ALL = "all-linear"
 
 
+DEFAULT_LORA_TARGETS = {
+    "gpt2": ["c_attn"],
+    "phi3": ["qkv_proj"],
+}
+"""PEFT's default target_modules by model_type (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING):
+["q_proj", "v_proj"] for the Llama family and the entries above; PEFT has none for phi3, where
+trainmem adapts the fused attention projection."""
+
+
 class LoRAConfig(FrozenModel):
     """PEFT LoraConfig fields that change memory."""
 
     r: PositiveInt = Field(default=16, description="LoRA rank.")
-    target_modules: Union[list[str], Literal["all-linear"]] = Field(
-        default_factory=lambda: ["q_proj", "v_proj"],
-        description="Module names (matched by suffix, as PEFT does) or 'all-linear'.",
+    target_modules: Optional[Union[list[str], Literal["all-linear"]]] = Field(
+        default=None,
+        description="Module names (matched by suffix, as PEFT does) or 'all-linear'. "
+        "Default: PEFT's default for the model type (q_proj and v_proj for Llama-style models).",
     )
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on each adapter's input.")
 
     @field_validator("target_modules")
     @classmethod
-    def _non_empty(cls, value: Union[list[str], str]) -> Union[list[str], str]:
+    def _non_empty(cls, value: Optional[Union[list[str], str]]) -> Optional[Union[list[str], str]]:
         if isinstance(value, list) and not value:
             raise ValueError("target_modules must name at least one module, or be 'all-linear'")
         return value
+
+    def targets_for(self, model_type: str) -> Union[list[str], str]:
+        """The target modules, with PEFT's default for ``model_type`` when none were given."""
+        if self.target_modules is not None:
+            return self.target_modules
+        return DEFAULT_LORA_TARGETS.get(model_type, ["q_proj", "v_proj"])
 
 
 class QuantizationConfig(FrozenModel):
@@ -453,18 +469,17 @@ class Setup(FrozenModel):
 
     def _check_lora_targets(self, architecture: Architecture) -> None:
         """PEFT refuses a LoraConfig whose target_modules match no module of the model."""
-        lora = self.finetuning.lora
-        if self.finetuning.method == "full" or lora.target_modules == LINEAR_TARGET_ALL:
+        targets = self.finetuning.lora.targets_for(architecture.model_type)
+        if self.finetuning.method == "full" or targets == LINEAR_TARGET_ALL:
             return
         from .inventory import build_inventory
 
         modules = [t.module for t in build_inventory(architecture).linear_modules()]
-        if not any(m == target or m.endswith("." + target) for m in modules for target in lora.target_modules):
+        if not any(m == target or m.endswith("." + target) for m in modules for target in targets):
             names = sorted({m.rsplit(".", 1)[-1] for m in modules})
             raise FieldError(
                 "finetuning.lora.target_modules",
-                f"{lora.target_modules} match no linear module of this model; allowed: "
-                f"{', '.join(names)}, or 'all-linear'",
+                f"{targets} match no linear module of this model; allowed: {', '.join(names)}, or 'all-linear'",
             )
 
     def pipeline_and_accumulation_mismatch(self) -> bool:

@@ -103,11 +103,17 @@ class MemoryAccount:
             if nbytes > 0:
                 base[_CATEGORY_INDEX[category]] += nbytes
         first_index = len(self.points)
+        base_total, step_total = sum(base), sum(step)
+        b0, b1, b2, b3, b4 = base
+        s0, s1, s2, s3, s4 = step
+        self.points.extend(
+            Point(label, phase, micro_batch, (b0 + k * s0, b1 + k * s1, b2 + k * s2, b3 + k * s3, b4 + k * s4))
+            for k, label in enumerate(labels)
+        )
+        # The total is linear in k, so the highest point of the run is its first or its last.
         best_k, best_total = -1, self.peak_total
-        for k, label in enumerate(labels):
-            totals = tuple(b + k * s for b, s in zip(base, step))
-            self.points.append(Point(label, phase, micro_batch, totals))  # type: ignore[arg-type]
-            total = sum(totals)
+        for k in (0, count - 1):
+            total = base_total + k * step_total
             if total > best_total:
                 best_k, best_total = k, total
         if best_k >= 0:
