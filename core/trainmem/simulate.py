@@ -275,7 +275,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     gradients_per_layer = layer_trainable // layers * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes)
     embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
     head_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group != "embeddings")
-    tensors = [TrainableTensor(s.tensor.shape, s.count) for s in trainable]
+    tensors = [TrainableTensor(_rank_shape(s), s.count) for s in trainable]
     tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_ in adapters]
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
     states = state_bytes(plan.optimizer, tensors, state_dtype) // sharding.optimizer
@@ -327,6 +327,15 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         trainable_numel=trainable_numel,
         offloaded_bytes=offloaded,
     )
+
+
+def _rank_shape(slice_) -> tuple[int, ...]:
+    """The shape of a tensor's slice on this rank (tensor/expert parallelism split its first dimension)."""
+    shape = slice_.tensor.shape
+    if slice_.numel == slice_.tensor.numel or len(shape) < 2:
+        return shape if slice_.numel == slice_.tensor.numel else (slice_.numel,)
+    inner = slice_.tensor.numel // shape[0]
+    return (slice_.numel // inner, *shape[1:]) if slice_.numel % inner == 0 else (slice_.numel,)
 
 
 def _count_only_states(plan: Plan) -> ModelStates:
@@ -461,6 +470,15 @@ def _gathered_weights(plan: Plan, states: ModelStates) -> tuple[int, str]:
     return layer + prefetch, "this layer and the prefetch bucket (stage3_prefetch_bucket_size 5e7)"
 
 
+def _gathered_vocabulary_weights(plan: Plan) -> int:
+    """ZeRO-3 / FSDP FULL_SHARD gather the embedding (or head) weight while it computes: vocab × h."""
+    if plan.sharding.weights == 1 or plan.architecture is None:
+        return 0
+    arch = plan.architecture
+    vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
+    return vocab * arch.hidden_size * DTYPE_BYTES[plan.precision.compute_weight_dtype]
+
+
 def _micro_batch(
     plan: Plan,
     stage: Stage,
@@ -483,6 +501,7 @@ def _micro_batch(
         "" if accumulation == 1 else (" (micro-batch 1)" if micro_batch == 1 else f" (micro-batches 2–{accumulation})")
     )
     gathered, gathered_detail = _gathered_weights(plan, states)
+    ends_gathered = _gathered_vocabulary_weights(plan)
     stream = _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype]
     recompute = checkpointing == "full"
     saved_name = "saved for backward (checkpointed layer inputs)" if recompute else "saved for backward"
@@ -509,7 +528,9 @@ def _micro_batch(
     if embedding is not None:
         account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")
         account.add("activations", saved_name, embedding.saved_activation_bytes)
-        account.record("embedding" + suffix, "forward", micro_batch)
+        account.record(
+            "embedding" + suffix, "forward", micro_batch, {("parameters", "gathered weights"): ends_gathered}
+        )
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
@@ -550,6 +571,7 @@ def _micro_batch(
                 - head.cached_weight_copy_bytes
                 - account.get("activations", "hidden state"),
                 ("parameters", "autocast cache"): head.cached_weight_copy_bytes,
+                ("parameters", "gathered weights"): ends_gathered,
             },
         )
         account.set("activations", "hidden state", 0)
@@ -573,6 +595,7 @@ def _micro_batch(
                 - head.saved_weight_copy_bytes
                 - new_grads,
                 ("gradients", "gradients"): new_grads,
+                ("parameters", "gathered weights"): ends_gathered,
             },
         )
         account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
@@ -645,6 +668,7 @@ def _micro_batch(
                 - stream
                 - new_grads,
                 ("gradients", "gradients"): new_grads,
+                ("parameters", "gathered weights"): ends_gathered,
             },
         )
         pending = account.get("activations", "pending tied-embedding gradient")
