@@ -233,6 +233,8 @@ def build(site: Path) -> dict:
         html = path.read_text(encoding="utf-8")
         html = html.replace("@CSP@", CONTENT_SECURITY_POLICY).replace("@VERSION@", data["trainmem_version"])
         html = html.replace("@APP_DATA@", script_json(data))
+        engine_config = {"wheels": data["wheels"], "python_modules": data["python_modules"]}
+        html = html.replace("@ENGINE_CONFIG@", script_json(engine_config))
         path.write_text(html, encoding="utf-8")
     log("pre-rendering the default result into the HTML")
     run(["node", str(WEB / "tools" / "prerender.mjs"), str(staging)])

@@ -19,7 +19,7 @@ def _no_subprocess(*args, **kwargs):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    subprocess.Popen._execute_child = _no_subprocess  # type: ignore[method-assign]
+    subprocess.Popen.__init__ = _no_subprocess  # type: ignore[method-assign]
 
 
 @pytest.hookimpl(wrapper=True)

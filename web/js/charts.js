@@ -32,7 +32,7 @@ function baseOptions(colors) {
   return {
     responsive: true,
     maintainAspectRatio: false,
-    animation: { duration: 200 },
+    animation: false,
     color: colors.text,
     font: { family: "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif" },
     plugins: {
@@ -46,45 +46,67 @@ function baseOptions(colors) {
   };
 }
 
-function upsert(canvas, config) {
-  const existing = charts.get(canvas);
-  if (existing && existing.config.type === config.type) {
-    existing.data = config.data;
-    existing.options = config.options;
-    existing.update();
-    return existing;
+/**
+ * Create the chart of a canvas once (again only when the colour scheme changes), then update
+ * it in place: new data and annotations, the same options object, which keeps a recompute cheap.
+ */
+function upsert(canvas, build, fill) {
+  const colors = palette();
+  const theme = JSON.stringify(colors);
+  let chart = charts.get(canvas);
+  if (!chart || chart.$theme !== theme) {
+    if (chart) chart.destroy();
+    chart = new window.Chart(canvas, build(colors));
+    chart.$theme = theme;
+    charts.set(canvas, chart);
   }
-  if (existing) existing.destroy();
-  const chart = new window.Chart(canvas, config);
-  charts.set(canvas, chart);
+  fill(chart, colors);
+  chart.update("none"); // no animation: the new numbers and the charts arrive together, at once
   return chart;
 }
 
 /** One stacked horizontal bar: the peak by category, against the GPU's capacity and headroom. */
-export function drawCapacity(canvas, summary) {
+export function drawCapacity(canvas, summary, { legend = true } = {}) {
   if (!chartsAvailable()) return;
-  const colors = palette();
-  const fit = summary.fit;
-  const capacity = toGiB(fit.capacity_bytes);
-  const usable = toGiB(fit.usable_bytes);
-  const peak = toGiB(summary.peak_total_bytes);
-  const options = baseOptions(colors);
-  Object.assign(options, {
-    indexAxis: "y",
-    scales: {
-      x: {
-        stacked: true,
-        min: 0,
-        max: Math.max(capacity, peak) * 1.04,
-        ticks: { color: colors.muted, callback: (value) => gib(Number(value)) },
-        grid: { color: colors.grid },
+  const build = (colors) => {
+    const options = baseOptions(colors);
+    Object.assign(options, {
+      indexAxis: "y",
+      scales: {
+        x: { stacked: true, min: 0, ticks: { color: colors.muted, callback: (value) => gib(Number(value)) }, grid: { color: colors.grid } },
+        y: { stacked: true, ticks: { display: false }, grid: { display: false } },
       },
-      y: { stacked: true, ticks: { display: false }, grid: { display: false } },
-    },
-  });
-  options.plugins.legend.position = "bottom";
-  options.plugins.annotation = {
-    annotations: {
+    });
+    options.plugins.legend.position = "bottom";
+    options.plugins.legend.display = legend;
+    options.plugins.annotation = { annotations: {} };
+    return {
+      type: "bar",
+      data: {
+        labels: ["Peak per GPU"],
+        datasets: CATEGORIES.map((category) => ({
+          label: CATEGORY_LABELS[category],
+          data: [0],
+          backgroundColor: colors.categories[category],
+          borderWidth: 0,
+          barPercentage: 0.55, // room above and below the bar for the capacity and headroom labels
+          categoryPercentage: 1,
+        })),
+      },
+      options,
+    };
+  };
+  const fill = (chart, colors) => {
+    const fit = summary.fit;
+    const capacity = toGiB(fit.capacity_bytes);
+    const usable = toGiB(fit.usable_bytes);
+    const peak = toGiB(summary.peak_total_bytes);
+    CATEGORIES.forEach((category, index) => {
+      chart.data.datasets[index].data = [toGiB(summary.breakdown[category])];
+    });
+    chart.options.scales.x.max = Math.max(capacity, peak) * 1.04;
+    const label = { display: true, backgroundColor: colors.surface, color: colors.text, font: { size: 11 } };
+    chart.options.plugins.annotation.annotations = {
       usable: {
         type: "line",
         xMin: usable,
@@ -92,14 +114,7 @@ export function drawCapacity(canvas, summary) {
         borderColor: colors.warn,
         borderWidth: 2,
         borderDash: [6, 4],
-        label: {
-          display: true,
-          content: `usable ${gib(usable)} (${Math.round(fit.headroom_fraction * 100)} % headroom)`,
-          position: "start",
-          backgroundColor: colors.surface,
-          color: colors.text,
-          font: { size: 11 },
-        },
+        label: { ...label, content: `usable ${gib(usable)}`, position: "end" },
       },
       capacity: {
         type: "line",
@@ -107,41 +122,69 @@ export function drawCapacity(canvas, summary) {
         xMax: capacity,
         borderColor: fit.status === "does_not_fit" ? colors.danger : colors.muted,
         borderWidth: 2,
-        label: {
-          display: true,
-          content: `${fit.gpu_display_name}: ${gib(capacity)}`,
-          position: "end",
-          backgroundColor: colors.surface,
-          color: colors.text,
-          font: { size: 11 },
-        },
+        label: { ...label, content: `${gib(capacity)} on the GPU`, position: "start" },
       },
-    },
+    };
   };
-  upsert(canvas, {
-    type: "bar",
-    data: {
-      labels: ["Peak per GPU"],
-      datasets: CATEGORIES.map((category) => ({
-        label: CATEGORY_LABELS[category],
-        data: [toGiB(summary.breakdown[category])],
-        backgroundColor: colors.categories[category],
-        borderWidth: 0,
-        barPercentage: 0.9,
-        categoryPercentage: 0.9,
-      })),
-    },
-    options,
-  });
+  upsert(canvas, build, fill);
 }
 
 /** Memory over the step, stacked by category, phases shaded, the peak and the usable line marked. */
 export function drawTimeline(canvas, report) {
   if (!chartsAvailable()) return;
-  const colors = palette();
   const timeline = report.ranks[report.heaviest_rank].timeline;
+  const build = (colors) => {
+    const options = baseOptions(colors);
+    Object.assign(options, {
+      interaction: { mode: "index", intersect: false },
+      elements: { point: { radius: 0, hitRadius: 4 }, line: { borderWidth: 1, tension: 0 } },
+      scales: {
+        x: {
+          ticks: { display: false }, // the shaded phases are named above the plot; the tooltip names each event
+          grid: { display: false },
+        },
+        y: {
+          stacked: true,
+          min: 0,
+          ticks: { color: colors.muted, callback: (value) => gib(Number(value)) },
+          grid: { color: colors.grid },
+          title: { display: true, text: "allocated memory", color: colors.muted },
+        },
+      },
+    });
+    options.plugins.legend.position = "bottom";
+    options.plugins.annotation = { annotations: {} };
+    options.plugins.tooltip.callbacks.footer = (items) =>
+      `total ${formatBytes(items.reduce((sum, item) => sum + item.raw * 2 ** 30, 0))}`;
+    return {
+      type: "line",
+      data: {
+        labels: [],
+        datasets: CATEGORIES.map((category, index) => ({
+          label: CATEGORY_LABELS[category],
+          data: [],
+          borderColor: colors.categories[category],
+          backgroundColor: colors.categories[category],
+          fill: index === 0 ? "origin" : "-1",
+          stack: "memory",
+        })),
+      },
+      options,
+    };
+  };
+  const fill = (chart, colors) => {
+    chart.data.labels = timeline.labels.map((label, i) => (timeline.micro_batches[i] > 1 ? `${label} (later micro-batch)` : label));
+    CATEGORIES.forEach((category, index) => {
+      chart.data.datasets[index].data = timeline[category].map(toGiB);
+    });
+    chart.options.scales.y.suggestedMax = toGiB(report.fit.usable_bytes) * 1.05;
+    chart.options.plugins.annotation.annotations = timelineAnnotations(timeline, report, colors);
+  };
+  upsert(canvas, build, fill);
+}
+
+function timelineAnnotations(timeline, report, colors) {
   const count = timeline.labels.length;
-  const labels = timeline.labels.map((label, i) => (timeline.micro_batches[i] > 1 ? `${label} (later micro-batch)` : label));
   const annotations = {};
   // Shade each run of one phase, and name it once.
   let start = 0;
@@ -157,7 +200,8 @@ export function drawTimeline(canvas, report) {
           borderWidth: 0,
           drawTime: "beforeDatasetsDraw",
           label: {
-            display: i - start > 2 || phase === "optimizer",
+            // A short phase is named only where the plot is wide enough for its name.
+            display: phase === "optimizer" ? (context) => context.chart.chartArea.width > 520 : i - start > 2,
             content: PHASE_LABELS[phase],
             position: { x: phase === "optimizer" ? "end" : "center", y: "start" },
             color: colors.muted,
@@ -178,7 +222,7 @@ export function drawTimeline(canvas, report) {
     label: {
       display: true,
       content: `peak ${formatBytes(peakTotal)}`,
-      position: "end",
+      position: "start",
       backgroundColor: colors.danger,
       color: "#fff",
       font: { size: 11 },
@@ -195,49 +239,13 @@ export function drawTimeline(canvas, report) {
       display: true,
       content: `usable on ${report.fit.gpu_display_name}`,
       position: "start",
+      yAdjust: 14,
       backgroundColor: colors.surface,
       color: colors.text,
       font: { size: 11 },
     },
   };
-  const options = baseOptions(colors);
-  Object.assign(options, {
-    interaction: { mode: "index", intersect: false },
-    elements: { point: { radius: 0, hitRadius: 4 }, line: { borderWidth: 1, tension: 0 } },
-    scales: {
-      x: {
-        ticks: { display: false }, // the shaded phases are named above the plot; the tooltip names each event
-        grid: { display: false },
-      },
-      y: {
-        stacked: true,
-        min: 0,
-        suggestedMax: toGiB(report.fit.usable_bytes) * 1.05,
-        ticks: { color: colors.muted, callback: (value) => gib(Number(value)) },
-        grid: { color: colors.grid },
-        title: { display: true, text: "allocated memory", color: colors.muted },
-      },
-    },
-  });
-  options.plugins.legend.position = "bottom";
-  options.plugins.annotation = { annotations };
-  options.plugins.tooltip.callbacks.footer = (items) =>
-    `total ${formatBytes(items.reduce((sum, item) => sum + item.raw * 2 ** 30, 0))}`;
-  upsert(canvas, {
-    type: "line",
-    data: {
-      labels,
-      datasets: CATEGORIES.map((category, index) => ({
-        label: CATEGORY_LABELS[category],
-        data: timeline[category].map(toGiB),
-        borderColor: colors.categories[category],
-        backgroundColor: colors.categories[category],
-        fill: index === 0 ? "origin" : "-1",
-        stack: "memory",
-      })),
-    },
-    options,
-  });
+  return annotations;
 }
 
 /** Redraw every chart when the system switches between light and dark. */

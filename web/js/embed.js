@@ -54,7 +54,7 @@ function show(next, origin) {
   renderSummary(resultsNode, next, describeSetup(setup, data.catalogs));
   resultsNode.dataset.origin = origin;
   resultsNode.classList.remove("stale");
-  drawCapacity(resultsNode.querySelector('canvas[data-chart="capacity"]'), next);
+  drawCapacity(resultsNode.querySelector('canvas[data-chart="capacity"]'), next, { legend: false });
 }
 
 function showPlaceholder() {
@@ -91,7 +91,7 @@ function updateLinks() {
   document.getElementById("open-full").href = `index.html#${encodeHash(minimal(setup), schema)}`;
 }
 updateLinks();
-followColorScheme(() => summary && drawCapacity(resultsNode.querySelector('canvas[data-chart="capacity"]'), summary));
+followColorScheme(() => summary && drawCapacity(resultsNode.querySelector('canvas[data-chart="capacity"]'), summary, { legend: false }));
 
 // ---------------------------------------------------------------------------- on interaction
 

@@ -8,13 +8,20 @@ export class Engine {
     this.workerUrl = workerUrl;
     this.wheels = wheels;
     this.modules = modules;
-    this.onProgress = onProgress || (() => {});
+    this.progressListener = onProgress || null;
+    this.lastProgress = null;
     this.worker = null;
     this.ready = null;
     this.nextId = 1;
     this.pending = new Map(); // id -> {resolve, reject}
     this.running = false;
     this.queued = null; // {setupJson, resolve}
+  }
+
+  /** Who hears about loading progress; a late listener first hears the latest message. */
+  set onProgress(listener) {
+    this.progressListener = listener;
+    if (listener && this.lastProgress) listener(this.lastProgress);
   }
 
   /** Start loading Pyodide (idempotent); resolves when trainmem is imported. */
@@ -44,7 +51,9 @@ export class Engine {
 
   receive(message) {
     if (message.type === "progress") {
-      this.onProgress(message);
+      performance.mark(`trainmem:engine-${message.stage}`); // read by benchmarks/bench_site.py
+      this.lastProgress = message;
+      if (this.progressListener) this.progressListener(message);
       return;
     }
     const waiter = this.pending.get(message.id);

@@ -465,12 +465,11 @@ export class SetupForm {
       }
     }
     this.setup = setup;
-    this.updateVisibility();
+    this.updateVisibility(setup);
     this.onChange(clone(setup), path);
   }
 
-  updateVisibility() {
-    const setup = this.getSetup();
+  updateVisibility(setup = this.getSetup()) {
     for (const { node, showIf } of this.conditional) node.hidden = !showIf(setup);
   }
 

@@ -49,8 +49,17 @@ export function isFreeForm(schema) {
   return !schema.properties && (schema.type === "object" || schema.additionalProperties === true);
 }
 
+const schemaCache = new WeakMap(); // root -> Map(path -> schema)
+
 /** The schema of the field at a dotted path, or null. Union branches are searched for the key. */
 export function schemaAt(root, path) {
+  let cache = schemaCache.get(root);
+  if (!cache) schemaCache.set(root, (cache = new Map()));
+  if (!cache.has(path)) cache.set(path, findSchema(root, path));
+  return cache.get(path);
+}
+
+function findSchema(root, path) {
   let node = resolve(root, root);
   for (const key of path.split(".")) {
     node = childSchema(node, key, root);

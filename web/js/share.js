@@ -122,7 +122,7 @@ function attribute(text) {
 }
 
 export function embedSnippet(url, title) {
-  return `<iframe src="${attribute(url)}" title="${attribute(title)}" width="100%" height="440" style="border:0;max-width:720px" loading="lazy"></iframe>`;
+  return `<iframe src="${attribute(url)}" title="${attribute(title)}" width="100%" height="480" style="border:0;max-width:720px" loading="lazy"></iframe>`;
 }
 
 /** Base64url of UTF-8 JSON (compact result snapshots in embed links). */

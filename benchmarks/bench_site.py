@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Speed of the web calculator (a benchmark, not a test: timings depend on the machine).
+
+    python benchmarks/bench_site.py [--runs 5] [--recomputes 30] [--json]
+
+Serves the built _site/ on 127.0.0.1 and drives Debian's Chromium with Playwright:
+  * size of _site/ (budget 20 MB);
+  * navigation to the pre-rendered result (first contentful paint: the result is in the HTML);
+  * navigation to interactive (Pyodide loaded, trainmem imported, the setup computed),
+    cold (a fresh browser profile: empty HTTP and code caches) and warm (the same profile again);
+  * one recompute after a change, end to end: from the input event to the new numbers in the
+    DOM (worker round trip, Python, JSON, rendering; chart animation not included).
+Targets on a 2-core machine: pre-rendered result < 0.5 s, interactive < 4 s cold, recompute < 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+from functools import partial
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from build_site import SiteHandler  # noqa: E402
+
+SITE = ROOT / "_site"
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TARGETS = {"prerendered_s": 0.5, "interactive_cold_s": 4.0, "recompute_ms": 50.0}
+
+# Navigation timings of one page load, read in the page once it is interactive.
+PAGE_TIMINGS = """() => {
+  const paint = Object.fromEntries(performance.getEntriesByType('paint').map((e) => [e.name, e.startTime]));
+  const marks = Object.fromEntries(performance.getEntriesByType('mark').map((m) => [m.name, m.startTime]));
+  return { fcp: paint['first-contentful-paint'], marks };
+}"""
+
+# One recompute, measured inside the page: input event -> the engine's numbers in the DOM.
+RECOMPUTE = """async (value) => {
+  const input = document.querySelector('[data-testid="input-micro_batch_size"]');
+  const before = document.documentElement.dataset.computedSetup;
+  const started = performance.now();
+  input.value = String(value);
+  input.dispatchEvent(new Event('input', { bubbles: true }));
+  while (document.documentElement.dataset.computedSetup === before) {
+    await new Promise((resolve) => setTimeout(resolve, 0));
+  }
+  const d = document.documentElement.dataset;
+  return [performance.now() - started, Number(d.lastEngineMs), Number(d.lastRenderMs)];
+}"""
+
+
+def site_size() -> dict:
+    manifest = json.loads((SITE / "manifest.json").read_text())
+    by_folder: dict[str, int] = {}
+    for path, entry in manifest["files"].items():
+        folder = path.split("/")[0] if "/" in path else "(top)"
+        by_folder[folder] = by_folder.get(folder, 0) + entry["bytes"]
+    return {"total_bytes": manifest["total_bytes"], "by_folder": dict(sorted(by_folder.items(), key=lambda kv: -kv[1]))}
+
+
+def load(page, url: str) -> dict:
+    page.goto(url)
+    page.wait_for_selector("html[data-engine=ready]", state="attached", timeout=180_000)
+    timings = page.evaluate(PAGE_TIMINGS)
+    return {
+        "prerendered_s": timings["fcp"] / 1000,
+        "interactive_s": timings["marks"]["trainmem:interactive"] / 1000,
+        "stages_s": {name.removeprefix("trainmem:"): round(t / 1000, 3) for name, t in timings["marks"].items()},
+    }
+
+
+def summary(values: list[float]) -> dict:
+    ordered = sorted(values)
+    return {
+        "median": statistics.median(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "p90": ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))],
+        "n": len(ordered),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="page loads per measurement (default 5)")
+    parser.add_argument("--recomputes", type=int, default=30, help="recomputes to time (default 30)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    args = parser.parse_args()
+    if not (SITE / "manifest.json").exists():
+        raise SystemExit("build the site first: make site")
+
+    from playwright.sync_api import sync_playwright
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SiteHandler, directory=str(SITE)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    results: dict = {"site": site_size()}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        cold, warm = [], []
+        for run_index in range(args.runs):
+            context = browser.new_context()  # a fresh profile: nothing cached
+            page = context.new_page()
+            cold.append(load(page, url))
+            page.close()
+            page = context.new_page()  # the same profile again: HTTP cache and V8 code cache warm
+            warm.append(load(page, url))
+            if run_index == args.runs - 1:
+                page.evaluate(RECOMPUTE, 2)  # one untimed change first
+                recomputes = [page.evaluate(RECOMPUTE, 2 + (i % 2)) for i in range(1, args.recomputes + 1)]
+            context.close()
+        browser.close()
+    server.shutdown()
+
+    results["prerendered_s"] = summary([run["prerendered_s"] for run in cold])
+    results["interactive_cold_s"] = summary([run["interactive_s"] for run in cold])
+    results["interactive_warm_s"] = summary([run["interactive_s"] for run in warm])
+    results["recompute_ms"] = summary([total for total, _, _ in recomputes])
+    results["recompute_engine_ms"] = summary([engine for _, engine, _ in recomputes])
+    results["recompute_render_ms"] = summary([render for _, _, render in recomputes])
+    results["stages_cold_s"] = cold[len(cold) // 2]["stages_s"]
+    results["targets"] = TARGETS
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    mib = results["site"]["total_bytes"] / 2**20
+    print(f"_site/ size            {mib:6.1f} MiB ({results['site']['total_bytes'] / 1e6:.1f} MB; budget 20 MB)")
+    for folder, size in results["site"]["by_folder"].items():
+        print(f"    {folder:<18} {size / 2**20:6.2f} MiB")
+    for key, label, unit, scale in (
+        ("prerendered_s", "pre-rendered result", "s", 1),
+        ("interactive_cold_s", "interactive, cold", "s", 1),
+        ("interactive_warm_s", "interactive, warm", "s", 1),
+        ("recompute_ms", "recompute, end to end", "ms", 1),
+        ("recompute_engine_ms", "  of which engine", "ms", 1),
+        ("recompute_render_ms", "  of which rendering", "ms", 1),
+    ):
+        s = results[key]
+        target = TARGETS.get(key)
+        print(f"{label:<22} median {s['median'] * scale:7.3f} {unit}  (min {s['min']:.3f}, p90 {s['p90']:.3f}, "
+              f"n={s['n']})" + (f"  target < {target} {unit}" if target else ""))
+    print("stages of a cold load (s from navigation):", results["stages_cold_s"])
+
+
+if __name__ == "__main__":
+    main()
