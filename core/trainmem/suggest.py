@@ -82,9 +82,15 @@ def _candidates(setup: Setup) -> list[tuple[str, str, dict[str, Any]]]:
                 {"micro_batch_size": half, "gradient_accumulation_steps": setup.gradient_accumulation_steps * 2},
             )
         )
-    if setup.optimizer.name in ("adam", "adamw"):
+    eight_bit = {"adam": "adamw-8bit", "adamw": "adamw-8bit", "paged-adamw": "paged-adamw-8bit", "lion": "lion-8bit"}
+    if setup.optimizer.name in eight_bit:
+        name = eight_bit[setup.optimizer.name]
         out.append(
-            ("8-bit AdamW", "bitsandbytes block-wise 8-bit optimizer states", {"optimizer": {"name": "adamw-8bit"}})
+            (
+                f"8-bit optimizer ({name})",
+                "bitsandbytes block-wise 8-bit optimizer states",
+                {"optimizer": {"name": name}},
+            )
         )
     if setup.attention in ("eager", "sdpa-math"):
         out.append(("Fused attention (SDPA)", "no s×s attention scores are stored", {"attention": "sdpa"}))
@@ -103,6 +109,45 @@ def _candidates(setup: Setup) -> list[tuple[str, str, dict[str, Any]]]:
     if finetuning.method == "lora":
         out.append(
             ("QLoRA (4-bit NF4 base)", "quantise the frozen base to 4 bits", {"finetuning": {"method": "qlora"}})
+        )
+    if finetuning.method in ("lora", "qlora") and finetuning.lora.r > 16:
+        out.append(
+            (
+                f"LoRA rank 16 instead of {finetuning.lora.r}",
+                "smaller adapters, their gradients and states",
+                {"finetuning": {"lora": {"r": 16}}},
+            )
+        )
+    return out
+
+
+def _faster_candidates(setup: Setup) -> list[tuple[str, str, dict[str, Any]]]:
+    """Changes that cost memory but save time: worth making when the run still fits after them."""
+    parallel = setup.parallelism
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    if setup.activation_checkpointing != "none":
+        out.append(
+            (
+                "No activation checkpointing",
+                "nothing is recomputed in backward (about a third less compute)",
+                {"activation_checkpointing": "none"},
+            )
+        )
+    if parallel.strategy == "zero" and parallel.zero_stage == 3:
+        out.append(
+            (
+                "ZeRO stage 2 instead of 3",
+                "no per-layer weight gathers in forward and backward",
+                {"parallelism": {"zero_stage": 2}},
+            )
+        )
+    if parallel.offload_optimizer:
+        out.append(
+            (
+                "Keep the optimizer on the GPU",
+                "no host-device copies and no CPU optimizer step",
+                {"parallelism": {"offload_optimizer": False}},
+            )
         )
     return out
 
@@ -132,10 +177,76 @@ def _largest_micro_batch(setup_json: dict[str, Any], report: Report) -> Optional
     return low, low_report
 
 
+MAX_COMBINED_CHANGES = 4
+MAX_GPUS = 4096
+
+
+def _enough_gpus(setup_json: dict[str, Any], setup: Setup) -> Optional[Suggestion]:
+    """The fewest GPUs (doubling) on which ZeRO-3 makes the setup fit, everything else unchanged."""
+    num_gpus = setup.parallelism.num_gpus * 2
+    while num_gpus <= MAX_GPUS:
+        patch = {"parallelism": {"num_gpus": num_gpus, "strategy": "zero", "zero_stage": 3}}
+        trial = _try(setup_json, patch)
+        if trial is not None and trial.fit.fits:
+            return Suggestion(
+                title=f"{num_gpus} GPUs with ZeRO-3",
+                detail=f"the fewest GPUs (doubling from {setup.parallelism.num_gpus}) that fit with the rest "
+                f"unchanged: peak {format_bytes(trial.peak_total_bytes)} per GPU",
+                setup_patch=patch,
+                peak_total_bytes=trial.peak_total_bytes,
+                fits=True,
+            )
+        num_gpus *= 2
+    return None
+
+
+def _combine(setup_json: dict[str, Any]) -> Optional[Suggestion]:
+    """When no single change fits, apply changes together, greedily: at each step the candidate
+    (regenerated for the setup changed so far) that lowers the peak most, until it fits."""
+    patch: dict[str, Any] = {}
+    titles: list[str] = []
+    best: Optional[Report] = None
+    while len(titles) < MAX_COMBINED_CHANGES:
+        current = Setup.model_validate(_merge(setup_json, patch))
+        trials = []
+        for title, _, candidate in _candidates(current):
+            trial = _try(setup_json, _merge(patch, candidate))
+            if trial is not None and (best is None or trial.peak_total_bytes < best.peak_total_bytes):
+                trials.append((title, candidate, trial))
+        if not trials:
+            break
+        title, candidate, best = min(trials, key=lambda item: item[2].peak_total_bytes)
+        patch = _merge(patch, candidate)
+        titles.append(title)
+        if best.fit.fits:
+            break
+    if best is None or len(titles) < 2:
+        return None
+    return Suggestion(
+        title=" + ".join(titles),
+        detail=f"these changes together: peak {format_bytes(best.peak_total_bytes)}",
+        setup_patch=patch,
+        peak_total_bytes=best.peak_total_bytes,
+        fits=best.fit.fits,
+    )
+
+
 def suggest(setup: Setup, report: Report, limit: int = 5) -> list[Suggestion]:
     setup_json = setup.model_dump(mode="json")
     suggestions: list[Suggestion] = []
     if report.fit.fits and report.setup.architecture() is not None:
+        for title, why, patch in _faster_candidates(setup):
+            trial = _try(setup_json, patch)
+            if trial is not None and trial.fit.fits:
+                suggestions.append(
+                    Suggestion(
+                        title=title,
+                        detail=f"{why}; still fits ({format_bytes(trial.peak_total_bytes)})",
+                        setup_patch=patch,
+                        peak_total_bytes=trial.peak_total_bytes,
+                        fits=True,
+                    )
+                )
         found = _largest_micro_batch(setup_json, report)
         if found and found[0] > setup.micro_batch_size:
             size, trial = found
@@ -165,7 +276,14 @@ def suggest(setup: Setup, report: Report, limit: int = 5) -> list[Suggestion]:
             )
         )
     suggestions.sort(key=lambda s: (not s.fits, s.peak_total_bytes))
+    if suggestions and not any(s.fits for s in suggestions):
+        combined = _combine(setup_json)
+        if combined is not None:
+            suggestions.insert(0, combined)
     suggestions = suggestions[:limit]
+    more_gpus = _enough_gpus(setup_json, setup)
+    if more_gpus is not None:
+        suggestions.append(more_gpus)
     bigger = [g for g in gpus().values() if g.memory_bytes * (1 - setup.headroom_fraction) >= report.peak_total_bytes]
     if bigger:
         gpu = min(bigger, key=lambda g: g.memory_mib)

@@ -1,0 +1,41 @@
+"""Suggestions are simulated changes: each one's number comes from a full estimate of the changed setup."""
+
+import trainmem
+from trainmem.suggest import _merge
+
+
+def test_a_setup_that_does_not_fit_gets_changes_that_lower_the_peak():
+    setup = {"model": "llama-3-8b", "sequence_length": 4096, "gpu": "a100-80gb"}
+    report = trainmem.estimate(setup)
+    assert not report.fit.fits
+    assert report.suggestions
+    for suggestion in report.suggestions:
+        changed = trainmem.estimate(
+            _merge(report.setup.model_dump(mode="json"), suggestion.setup_patch), suggestions=False
+        )
+        assert changed.peak_total_bytes == suggestion.peak_total_bytes
+        assert changed.fit.fits == suggestion.fits
+    assert any(s.fits for s in report.suggestions)
+
+
+def test_the_largest_micro_batch_that_fits_is_the_largest():
+    setup = {"model": "llama-3.2-1b", "sequence_length": 2048, "gpu": "a100-80gb", "activation_checkpointing": "full"}
+    report = trainmem.estimate(setup)
+    assert report.fit.fits
+    largest = next(s for s in report.suggestions if s.title.startswith("Micro-batch up to"))
+    size = largest.setup_patch["micro_batch_size"]
+    assert trainmem.estimate({**setup, "micro_batch_size": size}, suggestions=False).fit.fits
+    assert not trainmem.estimate({**setup, "micro_batch_size": size + 1}, suggestions=False).fit.fits
+
+
+def test_how_many_gpus():
+    report = trainmem.estimate(
+        {"model": "llama-2-70b", "sequence_length": 4096, "gpu": "h100-sxm-80gb", "activation_checkpointing": "full"}
+    )
+    gpus = next(s for s in report.suggestions if s.title.endswith("GPUs with ZeRO-3"))
+    count = gpus.setup_patch["parallelism"]["num_gpus"]
+    smaller = {"parallelism": {"num_gpus": count // 2, "strategy": "zero", "zero_stage": 3}}
+    assert (
+        count // 2 <= 1
+        or not trainmem.estimate(_merge(report.setup.model_dump(mode="json"), smaller), suggestions=False).fit.fits
+    )
