@@ -284,16 +284,19 @@ def suggest(setup: Setup, report: Report, limit: int = 5) -> list[Suggestion]:
     more_gpus = _enough_gpus(setup_json, setup)
     if more_gpus is not None:
         suggestions.append(more_gpus)
-    bigger = [g for g in gpus().values() if g.memory_bytes * (1 - setup.headroom_fraction) >= report.peak_total_bytes]
-    if bigger:
-        gpu = min(bigger, key=lambda g: g.memory_mib)
-        suggestions.append(
-            Suggestion(
-                title=f"A larger GPU: {gpu.display_name}",
-                detail=f"{gpu.memory_mib / 1024:.0f} GiB holds this setup as is",
-                setup_patch={"gpu": gpu.name},
-                peak_total_bytes=report.peak_total_bytes,
-                fits=True,
+    for gpu in sorted(gpus().values(), key=lambda g: g.memory_mib):
+        if gpu.memory_bytes * (1 - setup.headroom_fraction) < report.peak_total_bytes:
+            continue
+        trial = _try(setup_json, {"gpu": gpu.name})
+        if trial is not None and trial.fit.fits:
+            suggestions.append(
+                Suggestion(
+                    title=f"A larger GPU: {gpu.display_name}",
+                    detail=f"{gpu.memory_mib / 1024:.0f} GiB holds this setup as is",
+                    setup_patch={"gpu": gpu.name},
+                    peak_total_bytes=trial.peak_total_bytes,
+                    fits=True,
+                )
             )
-        )
+            break
     return suggestions
