@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from .allocator import rounded
 from .catalogs import OptimizerKind
 from .tape import DTYPE_BYTES
 
@@ -50,24 +51,30 @@ class TrainableTensor:
         return total
 
 
-def state_bytes(kind: OptimizerKind, tensors: Iterable[TrainableTensor], state_dtype: str) -> int:
-    """Bytes of optimizer state for ``tensors`` (whole, unsharded)."""
+def state_bytes(kind: OptimizerKind, tensors: Iterable[TrainableTensor], state_dtype: str, device: str = "cpu") -> int:
+    """Bytes of optimizer state for ``tensors`` (whole, unsharded), each state tensor as ``device``'s allocator
+    counts it."""
     value_bytes = DTYPE_BYTES["fp32" if kind.upcasts_to_fp32 else state_dtype]
     total = 0
     for tensor in tensors:
         n = tensor.numel
         if kind.factored_second_moment:
-            per_tensor = (
-                (tensor.shape[0] + n // tensor.shape[0]) * value_bytes if len(tensor.shape) >= 2 else n * value_bytes
-            )
-            per_tensor += kind.full_state_tensors * n * value_bytes
+            if len(tensor.shape) >= 2:  # one value per row and one per column
+                per_tensor = rounded(tensor.shape[0] * value_bytes, device) + rounded(
+                    n // tensor.shape[0] * value_bytes, device
+                )
+            else:
+                per_tensor = rounded(n * value_bytes, device)
+            per_tensor += kind.full_state_tensors * rounded(n * value_bytes, device)
         elif kind.quantized_state_bits and n >= BNB_MIN_8BIT_SIZE:
             blocks = -(-n // BNB_BLOCK_SIZE)
-            per_tensor = kind.full_state_tensors * (n * kind.quantized_state_bits // 8 + blocks * 4)
+            per_tensor = kind.full_state_tensors * (
+                rounded(n * kind.quantized_state_bits // 8, device) + rounded(blocks * 4, device)
+            )
         elif kind.quantized_state_bits:
-            per_tensor = kind.full_state_tensors * n * 4
+            per_tensor = kind.full_state_tensors * rounded(n * 4, device)
         else:
-            per_tensor = kind.full_state_tensors * n * value_bytes
+            per_tensor = kind.full_state_tensors * rounded(n * value_bytes, device)
         total += per_tensor * tensor.count
     return total
 

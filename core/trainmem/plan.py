@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Optional
 
+from .allocator import rounded
 from .architecture import Architecture
 from .catalogs import OptimizerKind, optimizers
 from .inventory import ModelInventory, ParameterTensor, build_inventory
@@ -296,11 +297,13 @@ class Plan:
 
     # ------------------------------------------------------------------ bytes of model states
     def weight_bytes(self, slice_: Slice) -> int:
-        """Bytes one rank stores for a slice, before ZeRO-3/FSDP sharding."""
+        """Bytes one rank stores for a slice, before ZeRO-3/FSDP sharding (each tensor as the allocator counts it)."""
         if slice_.quantized:
             quant = self.finetuning.quantization
-            return quantized_weight_bytes(slice_.numel, quant.bits, quant.double_quant) * slice_.count
-        return slice_.total_numel * DTYPE_BYTES[self.precision.stored_weight_dtype]
+            per_tensor = quantized_weight_bytes(slice_.numel, quant.bits, quant.double_quant)
+        else:
+            per_tensor = slice_.numel * DTYPE_BYTES[self.precision.stored_weight_dtype]
+        return rounded(per_tensor, self.device) * slice_.count
 
     @property
     def adapter_dtype(self) -> str:

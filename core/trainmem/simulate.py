@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from .allocator import rounded
 from .ends import EndTrace, trace_chunked_loss_head, trace_embedding, trace_loss_head
 from .layers import LayerKernels, LayerShape, LayerTrace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
@@ -278,7 +279,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     tensors = [TrainableTensor(_rank_shape(s), s.count) for s in trainable]
     tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_ in adapters]
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
-    states = state_bytes(plan.optimizer, tensors, state_dtype) // sharding.optimizer
+    states = state_bytes(plan.optimizer, tensors, state_dtype, plan.device) // sharding.optimizer
     scalar = plan.optimizer.scalar_state
     if scalar == "device" or (
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
@@ -434,7 +435,7 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     account.set(
         "activations",
         "input batch",
-        setup.micro_batch_size * setup.sequence_length * 8,
+        rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device),
         "token ids (int64), also used as labels",
     )
     account.record("step start", "start", 1)
@@ -502,7 +503,10 @@ def _micro_batch(
     )
     gathered, gathered_detail = _gathered_weights(plan, states)
     ends_gathered = _gathered_vocabulary_weights(plan)
-    stream = _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype]
+    stream = rounded(
+        _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype],
+        plan.device,
+    )
     recompute = checkpointing == "full"
     saved_name = "saved for backward (checkpointed layer inputs)" if recompute else "saved for backward"
     copies_name = "autocast weight copies"
@@ -717,7 +721,7 @@ def _rotary_bytes(plan: Plan) -> int:
     if arch is None or arch.position_embedding != "rope":
         return 0
     seq = plan.setup.sequence_length // plan.parallel.context_parallel_size
-    return 2 * seq * arch.resolved_head_dim * DTYPE_BYTES[plan.precision.stream_dtype]
+    return 2 * rounded(seq * arch.resolved_head_dim * DTYPE_BYTES[plan.precision.stream_dtype], plan.device)
 
 
 def _stored(plan: Plan, stored: int, produced: int) -> int:

@@ -30,6 +30,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from .allocator import rounded
+
 NOT_NEW_MEMORY = ("parameter", "external")
 """Tags of tensors that a tape reads but does not allocate: model weights, tensors shared across layers."""
 
@@ -140,6 +142,8 @@ class Tape:
     def keep(self, tensor: Sym) -> None:
         """Count ``tensor`` as alive (a tensor no recorded op produced: a mask, a kernel's buffer)."""
         if tensor.storage not in self.live:
+            if tensor.storage == tensor.uid:  # a new storage: counted as its allocator counts it
+                tensor.storage_nbytes = rounded(tensor.storage_nbytes, self.device)
             self.live[tensor.storage] = tensor
             self._live_bytes += tensor.storage_nbytes
             if self._live_bytes > self.peak_live_bytes:
@@ -392,7 +396,7 @@ class BackwardReplay:
         saved_bytes = sum(t.storage_nbytes for t in saved_live.values())
         grads: dict[int, int] = {}  # uid of a tensor -> bytes of its gradient
         for grad in output_grads:
-            grads[grad.uid] = grads.get(grad.uid, 0) + grad.nbytes
+            grads[grad.uid] = grads.get(grad.uid, 0) + rounded(grad.nbytes, tape.device)
         grad_bytes = sum(grads.values())
         param_grad_bytes = 0
         seen_params: set[int] = set()
@@ -405,7 +409,7 @@ class BackwardReplay:
             new_param_grads = 0
             transient_param_grads = 0
             for tensor in node.grad_inputs:
-                size = tensor.numel * DTYPE_BYTES[tensor.dtype]
+                size = rounded(tensor.numel * DTYPE_BYTES[tensor.dtype], tape.device)
                 if tensor.tag == "parameter":
                     if tensor.uid in seen_params or parameter_grads_exist:
                         transient_param_grads += size  # computed, added into the existing .grad, freed
