@@ -155,7 +155,8 @@ def pyodide_wheels() -> list[Path]:
 def page_data(wheels: list[str], python_modules: list[str]) -> dict:
     """Computed with CPython from this checkout: catalogs, schema, defaults, the default report."""
     sys.path[:0] = [str(ROOT / "core"), str(WEB / "py")]
-    import trainmem_web  # noqa: E402 (web/py: the same module the browser runs)
+    import trainmem_web  # web/py: the same module the browser runs
+
     from trainmem.setup import Setup
 
     data = trainmem_web.page_data(DEFAULT_SETUP)
@@ -245,6 +246,17 @@ def build(site: Path) -> dict:
     log(f"{site.relative_to(ROOT) if site.is_relative_to(ROOT) else site}: {len(manifest['files'])} files, "
         f"{manifest['total_bytes'] / 2**20:.1f} MiB")
     return manifest
+
+
+def is_stale(site: Path) -> bool:
+    """True when the site is missing or older than a file it is built from (core, web, the pins)."""
+    manifest = site / "manifest.json"
+    if not manifest.exists():
+        return True
+    built = manifest.stat().st_mtime
+    sources = [ROOT / "pyproject.toml", *(ROOT / "core" / "trainmem").rglob("*"), *(
+        path for path in WEB.rglob("*") if "node_modules" not in path.parts)]
+    return any(path.is_file() and path.stat().st_mtime > built for path in sources)
 
 
 # --------------------------------------------------------------------------- serve

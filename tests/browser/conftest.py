@@ -1,13 +1,12 @@
 """Fixtures for the browser tests: the built site served on 127.0.0.1, Debian's Chromium
-driven by Playwright, a guard that fails a test on any console error or any request that
-leaves 127.0.0.1, and helpers that compare the page's numbers with `trainmem estimate --json`.
+driven by Playwright, and a guard that fails a test on any console error or any request that
+leaves 127.0.0.1. Helpers that compare the page's numbers with `trainmem estimate --json` are
+in browser_helpers.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -31,24 +30,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ENGINE_TIMEOUT_MS = 120_000  # Pyodide on a busy 2-core machine; tests assert no timings
-RESULT_TESTIDS = (
-    "peak-allocated",
-    "peak-total",
-    "breakdown-parameters",
-    "breakdown-gradients",
-    "breakdown-optimizer_states",
-    "breakdown-activations",
-    "breakdown-overhead",
-)
-RESULT_FIELDS = {
-    "peak-allocated": lambda r: r["peak_allocated_bytes"],
-    "peak-total": lambda r: r["peak_total_bytes"],
-    **{f"breakdown-{c}": (lambda c: lambda r: r["breakdown"][c])(c) for c in
-       ("parameters", "gradients", "optimizer_states", "activations", "overhead")},
-}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
@@ -60,7 +41,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _ensure_site() -> Path:
-    if not (SITE / "manifest.json").exists():
+    """The site, rebuilt when it is missing or older than the core or the page it is built from."""
+    from build_site import is_stale
+
+    if is_stale(SITE):
         subprocess.run([sys.executable, str(ROOT / "build_site.py"), "--out", str(SITE)], check=True)
     return SITE
 
@@ -136,68 +120,3 @@ def guard(context) -> Guard:
     yield watcher
     assert watcher.external == [], f"requests left 127.0.0.1: {watcher.external}"
     assert watcher.errors == [], f"console errors: {watcher.errors}"
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def wait_engine_ready(page) -> None:
-    page.wait_for_selector("html[data-engine=ready]", state="attached", timeout=ENGINE_TIMEOUT_MS)
-
-
-def setup_json(page) -> dict:
-    return json.loads(page.get_by_test_id("setup-json").text_content())
-
-
-def wait_computed(page) -> dict:
-    """Wait until the engine has answered for the setup the form shows now; return that setup."""
-    page.wait_for_function(
-        """() => {
-            const shown = document.querySelector('[data-testid="setup-json"]').textContent;
-            const done = document.documentElement.dataset.computedSetup;
-            return done !== undefined && JSON.stringify(JSON.parse(shown)) === done;
-        }""",
-        timeout=ENGINE_TIMEOUT_MS,
-    )
-    return setup_json(page)
-
-
-def page_numbers(page) -> dict:
-    numbers = {testid: int(page.get_by_test_id(testid).get_attribute("data-bytes")) for testid in RESULT_TESTIDS}
-    verdict = page.get_by_test_id("fit-verdict")
-    numbers["fit-status"] = verdict.get_attribute("data-status")
-    numbers["fit-text"] = verdict.text_content()
-    return numbers
-
-
-def cli_report(setup: dict, tmp_path: Path) -> dict:
-    """`trainmem estimate SETUP.json --json`, the command-line tool, for a setup."""
-    path = tmp_path / f"setup-{abs(hash(json.dumps(setup, sort_keys=True)))}.json"
-    path.write_text(json.dumps(setup))
-    done = subprocess.run(
-        [sys.executable, "-m", "trainmem", "estimate", str(path), "--json"],
-        capture_output=True, text=True, cwd=tmp_path,
-    )
-    assert done.returncode == 0, f"trainmem estimate failed for {setup}: {done.stderr}"
-    return json.loads(done.stdout)
-
-
-def expected_numbers(report: dict) -> dict:
-    numbers = {testid: field(report) for testid, field in RESULT_FIELDS.items()}
-    numbers["fit-status"] = report["fit"]["status"]
-    return numbers
-
-
-def assert_page_matches_cli(page, tmp_path: Path) -> dict:
-    """Every number on the page equals the CLI's for the setup the page shows (setup-json)."""
-    setup = setup_json(page)
-    report = cli_report(setup, tmp_path)
-    shown = page_numbers(page)
-    assert report["fit"]["message"] in shown.pop("fit-text")
-    assert shown == expected_numbers(report), f"page and CLI disagree for {setup}"
-    return report
-
-
-@pytest.fixture
-def trainmem_cli() -> str:
-    return shutil.which("trainmem") or f"{sys.executable} -m trainmem"

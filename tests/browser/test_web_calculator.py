@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from conftest import (
+from browser_helpers import (
     RESULT_TESTIDS,
     assert_page_matches_cli,
     cli_report,

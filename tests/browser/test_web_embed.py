@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import (
+from browser_helpers import (
     assert_page_matches_cli,
     cli_report,
     expected_numbers,

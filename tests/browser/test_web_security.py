@@ -6,7 +6,7 @@ import base64
 import json
 from urllib.parse import quote
 
-from conftest import wait_computed, wait_engine_ready
+from browser_helpers import wait_computed, wait_engine_ready
 
 PAYLOAD = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 

@@ -56,8 +56,11 @@ def _pip_download(requirements: Path, destination: Path) -> None:
 
 @pytest.fixture(scope="module")
 def site_wheels() -> Path:
-    """The wheels of the built site (built now if missing), bytecode and all."""
-    if not SITE_WHEELS.exists():
+    """The wheels of the built site, bytecode and all (rebuilt when older than the core)."""
+    sys.path.insert(0, str(ROOT))
+    from build_site import is_stale
+
+    if is_stale(SITE_WHEELS.parent):
         subprocess.run([sys.executable, str(ROOT / "build_site.py")], check=True)
     return SITE_WHEELS
 

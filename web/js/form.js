@@ -186,13 +186,14 @@ export class SetupForm {
         type: "text",
         autocomplete: "off",
         spellcheck: "false",
-        placeholder: spec.constant ? `comma-separated, or ${spec.constant}` : "comma-separated",
+        placeholder: [spec.nullable ? "default" : null, "comma-separated", spec.constant].filter(Boolean).join(", or "),
         "data-testid": testid,
       });
       read = () => {
         const text = input.value.trim();
         if (spec.constant !== undefined && text === spec.constant) return spec.constant;
-        return text ? text.split(",").map((item) => item.trim()).filter(Boolean) : [];
+        if (!text) return spec.nullable ? null : [];
+        return text.split(",").map((item) => item.trim()).filter(Boolean);
       };
       write = (value) => {
         input.value = Array.isArray(value) ? value.join(", ") : value ?? "";
