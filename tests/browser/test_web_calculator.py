@@ -249,3 +249,13 @@ def test_keyboard_reaches_the_form(page, guard, site_url):
             break
     assert page.evaluate("document.activeElement.dataset.testid") == "input-model.preset"
     assert re.search(r"\d", page.get_by_test_id("peak-total").text_content())
+
+
+def test_a_link_reads_like_the_core(page, guard, site_url, tmp_path):
+    """A hand-written link with only zero_stage means DeepSpeed ZeRO, as Setup infers it."""
+    page.goto(f"{site_url}#model.preset=gpt2&parallelism.num_gpus=4&parallelism.zero_stage=3")
+    wait_engine_ready(page)
+    assert page.get_by_test_id("input-parallelism.strategy").input_value() == "zero"
+    assert page.get_by_test_id("input-parallelism.zero_stage").input_value() == "3"
+    assert wait_computed(page)["parallelism"] == {"num_gpus": 4, "strategy": "zero", "zero_stage": 3}
+    assert_page_matches_cli(page, tmp_path)

@@ -8,7 +8,8 @@ import { drawCapacity, followColorScheme } from "./charts.js";
 import { Engine } from "./engine.js";
 import { el, renderSummary, summarize } from "./results.js";
 import { decodeSnapshot } from "./share.js";
-import { decodeHash, deepEqual, encodeHash, minimalSetup, overlay, setPath } from "./setup.js";
+import { applyCouplings } from "./hints.js";
+import { decodeHash, deepEqual, encodeHash, flatten, minimalSetup, overlay, setPath } from "./setup.js";
 import { describeSetup, setProgress } from "./status.js";
 import { CATEGORIES } from "./format.js";
 
@@ -20,7 +21,9 @@ const controls = document.getElementById("embed-controls");
 const formError = document.querySelector('[data-testid="form-error"]');
 
 const { setup: partial, extra } = decodeHash(location.hash);
-let setup = partial ? overlay(data.core_defaults, partial, schema) : pageDefault;
+let setup = partial
+  ? applyCouplings(overlay(data.core_defaults, partial, schema), flatten(partial, schema).map(([path]) => path))
+  : pageDefault;
 let summary = null;
 
 function minimal(full) {

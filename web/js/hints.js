@@ -113,6 +113,7 @@ export const FIELDS = {
 export const COUPLINGS = [
   {
     when: "parallelism.zero_stage",
+    sets: "parallelism.strategy",
     apply(setup) {
       const p = setup.parallelism;
       if (p.zero_stage > 0) p.strategy = "zero";
@@ -120,12 +121,24 @@ export const COUPLINGS = [
   },
   {
     when: "parallelism.strategy",
+    sets: "parallelism.zero_stage",
     apply(setup) {
       const p = setup.parallelism;
       if (p.strategy !== "zero") p.zero_stage = 0;
     },
   },
 ];
+
+/**
+ * Apply the couplings of the given paths, where the other field of the pair is not among
+ * them (a link that sets only zero_stage: 3 means DeepSpeed ZeRO, as the core reads it).
+ */
+export function applyCouplings(setup, paths) {
+  for (const coupling of COUPLINGS) {
+    if (paths.includes(coupling.when) && !paths.includes(coupling.sets)) coupling.apply(setup);
+  }
+  return setup;
+}
 
 export function hintFor(path) {
   return FIELDS[path] || {};

@@ -6,7 +6,8 @@ import { engine } from "./boot.js";
 import { SetupForm, invalidJsonErrors } from "./form.js";
 import { renderReport, summarize } from "./results.js";
 import { cliCommand, copyText, embedSnippet, encodeSnapshot, pythonSnippet } from "./share.js";
-import { decodeHash, deepEqual, encodeHash, minimalSetup, overlay } from "./setup.js";
+import { applyCouplings } from "./hints.js";
+import { decodeHash, deepEqual, encodeHash, flatten, minimalSetup, overlay } from "./setup.js";
 import { setProgress, describeSetup } from "./status.js";
 
 performance.mark("trainmem:main-start");
@@ -29,7 +30,8 @@ let setup = setupFromHash() || pageDefault;
 
 function setupFromHash() {
   const { setup: partial } = decodeHash(location.hash);
-  return partial ? overlay(data.core_defaults, partial, schema) : null;
+  if (!partial) return null;
+  return applyCouplings(overlay(data.core_defaults, partial, schema), flatten(partial, schema).map(([path]) => path));
 }
 
 function minimal(full) {
