@@ -23,6 +23,33 @@ function el(doc, tag, attributes = {}, children = []) {
   return node;
 }
 
+/** Choose an option, in a browser and in the server-side DOM of the build-time render alike. */
+function setSelectValue(select, value) {
+  for (const option of select.querySelectorAll("option")) {
+    if (option.getAttribute("value") === value) option.setAttribute("selected", "");
+    else option.removeAttribute("selected");
+  }
+  try {
+    select.value = value;
+  } catch {
+    // linkedom (build time) has no setter: the selected attribute above says it
+  }
+}
+
+/** The chosen option's value (linkedom answers undefined before anything is chosen). */
+function selectValue(select) {
+  const value = select.value;
+  if (value !== undefined && value !== null) return value;
+  const option = select.querySelector("option[selected]") || select.querySelector("option");
+  return option ? option.getAttribute("value") : "";
+}
+
+function setChecked(input, on) {
+  if (on) input.setAttribute("checked", "");
+  else input.removeAttribute("checked");
+  input.checked = on;
+}
+
 function idFor(path) {
   return `f-${path.replaceAll(".", "-")}`;
 }
@@ -67,6 +94,7 @@ export class SetupForm {
 
   build() {
     const doc = this.doc;
+    this.container.replaceChildren(); // the build-time render of the same form is replaced in place
     const root = this.schema;
     const covered = new Set();
     this.formError = el(doc, "p", { class: "form-error", role: "alert", "data-testid": "form-error", hidden: true });
@@ -143,8 +171,9 @@ export class SetupForm {
         input.append(el(doc, "option", { value: text(value), text: label }));
       }
       read = () => {
-        const index = values.findIndex((value) => text(value) === input.value);
-        return index < 0 ? input.value : values[index];
+        const chosen = selectValue(input);
+        const index = values.findIndex((value) => text(value) === chosen);
+        return index < 0 ? chosen : values[index];
       };
       write = (value) => {
         if (value !== undefined && !values.some((candidate) => text(candidate) === text(value))) {
@@ -152,14 +181,12 @@ export class SetupForm {
           input.append(el(doc, "option", { value: text(value), text: text(value) }));
           values.push(value);
         }
-        input.value = text(value ?? values[0]);
+        setSelectValue(input, text(value ?? values[0]));
       };
     } else if (spec.kind === "checkbox") {
       input = el(doc, "input", { id, name: path, type: "checkbox", "data-testid": testid });
       read = () => input.checked;
-      write = (value) => {
-        input.checked = Boolean(value);
-      };
+      write = (value) => setChecked(input, Boolean(value));
     } else if (spec.kind === "number") {
       const s = spec.schema;
       input = el(doc, "input", {
@@ -173,7 +200,7 @@ export class SetupForm {
         "data-testid": testid,
       });
       read = () => {
-        if (input.value === "") return spec.nullable ? null : input.validity.badInput ? "not a number" : "";
+        if (input.value === "") return spec.nullable ? null : input.validity?.badInput ? "not a number" : "";
         return Number(input.value);
       };
       write = (value) => {
@@ -304,13 +331,13 @@ export class SetupForm {
   }
 
   modelMode() {
-    const value = this.model.select.value;
+    const value = selectValue(this.model.select);
     return value.startsWith("@") ? value.slice(1) : "preset";
   }
 
   readModel() {
     const mode = this.modelMode();
-    if (mode === "preset") return { preset: this.model.select.value };
+    if (mode === "preset") return { preset: selectValue(this.model.select) };
     if (mode === "hf_config") return { hf_config: parseJsonInput(this.model.textarea.value) };
     if (mode === "num_parameters") return { num_parameters: this.fields.get("model.num_parameters").read() };
     const architecture = {};
@@ -327,15 +354,15 @@ export class SetupForm {
     const m = this.model;
     if (!isPlainObject(model)) model = { preset: String(model ?? "") };
     if ("hf_config" in model) {
-      m.select.value = "@hf_config";
+      setSelectValue(m.select, "@hf_config");
       m.textarea.value = typeof model.hf_config === "string" ? model.hf_config : JSON.stringify(model.hf_config, null, 2);
     } else if ("architecture" in model) {
-      m.select.value = "@architecture";
+      setSelectValue(m.select, "@architecture");
       for (const [path, field] of this.fields) {
         if (path.startsWith("model.architecture.")) field.write(getPath(model, path.slice("model.".length)) ?? null);
       }
     } else if ("num_parameters" in model) {
-      m.select.value = "@num_parameters";
+      setSelectValue(m.select, "@num_parameters");
       m.countInput.value = String(model.num_parameters ?? "");
     } else {
       const known = this.catalogs.presets.some((preset) => preset.name === model.preset);
@@ -344,7 +371,7 @@ export class SetupForm {
         const option = el(this.doc, "option", { value: model.preset, text: model.preset });
         m.select.prepend(option);
       }
-      m.select.value = model.preset;
+      setSelectValue(m.select, model.preset);
     }
     this.showModelMode();
   }
@@ -375,7 +402,7 @@ export class SetupForm {
 
   async loadConfigFile(file) {
     const text = await file.text();
-    this.model.select.value = "@hf_config";
+    setSelectValue(this.model.select, "@hf_config");
     this.model.textarea.value = text;
     this.showModelMode();
     this.emit("model.hf_config");
@@ -400,14 +427,14 @@ export class SetupForm {
     parent.append(row, customBox);
     this.gpu = { select, customBox };
     const read = () => {
-      if (select.value !== "@custom") return select.value;
+      if (selectValue(select) !== "@custom") return selectValue(select);
       const custom = {};
       for (const key of Object.keys(customSchema.properties)) custom[key] = this.fields.get(`gpu.${key}`).read();
       return custom;
     };
     const write = (value) => {
       if (isPlainObject(value)) {
-        select.value = "@custom";
+        setSelectValue(select, "@custom");
         for (const key of Object.keys(customSchema.properties)) {
           this.fields.get(`gpu.${key}`).write(value[key] ?? customSchema.properties[key].default ?? null);
         }
@@ -415,12 +442,12 @@ export class SetupForm {
         if (value && !this.catalogs.gpus.some((gpu) => gpu.name === value)) {
           select.prepend(el(doc, "option", { value, text: value }));
         }
-        select.value = value;
+        setSelectValue(select, value);
       }
-      customBox.hidden = select.value !== "@custom";
+      customBox.hidden = selectValue(select) !== "@custom";
     };
     select.addEventListener("change", () => {
-      customBox.hidden = select.value !== "@custom";
+      customBox.hidden = selectValue(select) !== "@custom";
     });
     this.fields.set("gpu", { row, input: select, read, write, error: row.querySelector(".error") });
   }
