@@ -180,6 +180,8 @@ def _warnings(plan: Plan, gpu) -> list[str]:
     warnings = []
     setup, arch = plan.setup, plan.architecture
     half = {plan.precision.autocast, plan.precision.compute_weight_dtype}
+    if plan.precision.fp8_matmuls and not gpu.supports_fp8:
+        warnings.append(f"{gpu.display_name} has no fp8 tensor cores: fp8-mixed needs Ada, Hopper or newer.")
     if "bf16" in half and not gpu.supports_bf16:
         warnings.append(f"{gpu.display_name} has no bf16 support; use fp16 mixed precision on it.")
     if arch is None:

@@ -74,6 +74,8 @@ class LayerKernels:
     lora_dropout: float = 0.0
     quantized_compute_dtype: Optional[str] = None
     """QLoRA: the dtype the 4-bit base weights are dequantised to for each matmul."""
+    fp8_matmuls: bool = False
+    """Transformer Engine fp8 linear layers."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,8 @@ class LayerProgram:
         bias_param = self.parameter(module, out_features) if bias else None
         if quantized:
             result = self._dequantized_matmul(x, weight, in_features, out_features)
+        elif self.kernels.fp8_matmuls:
+            result = tape.fp8_linear(x, weight, out_features, bias_param, saved_input)
         else:
             result = tape.linear(x, weight, out_features, bias_param, saved_input)
         if not self.trainability.has_adapter(module):

@@ -14,6 +14,7 @@ fsdp-mixed-bf16 / -fp16            fp32*    fp32*  —        —          FSDP 
 bf16/fp16-master-weights           16-bit   16-bit fp32     —          DeepSpeed, ZeRO paper (2+2+12)
 bf16-master-weights-fp32-grads     bf16     fp32   fp32     —          Megatron-LM (main_grad)
 bf16-pure                          bf16     bf16   —        —          everything in bf16
+fp8-mixed                          bf16     bf16   fp32     fp8 GEMMs  Transformer Engine (Hopper and newer)
 =================================  =======  ====  =======  =========  ===========================
 
 ``bf16-mixed``/``fp16-mixed`` resolve to the recipe of the chosen framework: DeepSpeed ZeRO
@@ -44,6 +45,8 @@ class PrecisionPlan:
     """An fp32 copy of the trainable weights kept by the optimizer."""
     optimizer_state_dtype: str
     autocast: Optional[str]
+    fp8_matmuls: bool = False
+    """Linear layers run their GEMMs in fp8 (NVIDIA Transformer Engine)."""
 
     @property
     def stream_dtype(self) -> str:
@@ -111,6 +114,17 @@ _RECIPES = {
     ),
     "bf16-pure": PrecisionPlan(
         "bf16-pure", "bf16 weights, gradients and optimizer states", "bf16", "bf16", "bf16", False, "bf16", None
+    ),
+    "fp8-mixed": PrecisionPlan(
+        "fp8-mixed",
+        "Transformer Engine fp8 GEMMs over bf16 weights, fp32 master weights",
+        "bf16",
+        "bf16",
+        "bf16",
+        True,
+        "fp32",
+        None,
+        fp8_matmuls=True,
     ),
 }
 

@@ -140,6 +140,7 @@ Precision = Literal[
     "fp16-master-weights",
     "bf16-master-weights-fp32-grads",
     "bf16-pure",
+    "fp8-mixed",
 ]
 PRECISION_HELP = {
     "fp32": "fp32 weights, gradients, optimizer states and activations.",
@@ -152,6 +153,8 @@ PRECISION_HELP = {
     "fp16-master-weights": "fp16 weights and gradients, fp32 master weights (DeepSpeed fp16, ZeRO paper).",
     "bf16-master-weights-fp32-grads": "bf16 weights, fp32 gradient buffers and master weights (Megatron-LM).",
     "bf16-pure": "bf16 weights, gradients and optimizer states, no fp32 copy.",
+    "fp8-mixed": "NVIDIA Transformer Engine: linear layers compute in fp8 and keep fp8 copies of their inputs and "
+    "weights for backward; bf16 weights and gradients, fp32 master weights.",
 }
 
 # --------------------------------------------------------------------------- optimizer

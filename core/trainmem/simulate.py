@@ -113,6 +113,7 @@ def _kernels(plan: Plan, selective: bool) -> LayerKernels:
         lora_rank=plan.finetuning.lora.r if plan.lora else 0,
         lora_dropout=plan.finetuning.lora.lora_dropout if plan.lora else 0.0,
         quantized_compute_dtype=quant.compute_dtype if plan.quantized_base else None,
+        fp8_matmuls=precision.fp8_matmuls,
     )
 
 

@@ -242,6 +242,25 @@ class Tape:
         self._release_casts((x_in, x), (w_in, weight), (b_in, bias))
         return out
 
+    def fp8_linear(
+        self, x: Sym, weight: Sym, out_features: int, bias: Optional[Sym] = None, saved_input: Optional[Sym] = None
+    ) -> Sym:
+        """A Transformer Engine ``Linear`` under fp8: the input and the weight are quantised to fp8 for
+        the GEMM (row-wise copies, freed after it); for backward it keeps column-wise (transposed) fp8
+        copies of both, since Hopper's fp8 GEMMs need the transposes (TE docs, "Handling transposes")."""
+        rows = x.numel // (weight.numel // out_features)
+        kept = x if saved_input is None else saved_input
+        x_rowwise = self.new(x.numel, "fp8", False)
+        w_rowwise = self.new(weight.numel, "fp8", False, "weight_copy")
+        x_columnwise = Sym(kept.numel, "fp8", False) if weight.requires_grad else None
+        w_columnwise = Sym(weight.numel, "fp8", False, "weight_copy") if x.requires_grad else None
+        out = self.new(rows * out_features, x.dtype, x.requires_grad or weight.requires_grad)
+        self.record(
+            "fp8_linear", [x_columnwise, w_columnwise], [x, weight] + ([bias] if bias is not None else []), [out]
+        )
+        self.release(x_rowwise, w_rowwise)
+        return out
+
     def _release_casts(self, *pairs: tuple[Optional[Sym], Optional[Sym]]) -> None:
         """Drop autocast's per-call casts once the op is done (cached and saved ones stay)."""
         cached = {copy.uid for copy in self._weight_cache.values()}
