@@ -259,3 +259,28 @@ def test_a_link_reads_like_the_core(page, guard, site_url, tmp_path):
     assert page.get_by_test_id("input-parallelism.zero_stage").input_value() == "3"
     assert wait_computed(page)["parallelism"] == {"num_gpus": 4, "strategy": "zero", "zero_stage": 3}
     assert_page_matches_cli(page, tmp_path)
+
+
+def test_a_dropped_or_chosen_config_json_is_the_model(page, guard, site_url, tmp_path):
+    config = {
+        "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "max_position_embeddings": 32768, "tie_word_embeddings": True,
+    }
+    page.goto(site_url)
+    wait_engine_ready(page)
+    transfer = page.evaluate_handle(
+        """(text) => { const data = new DataTransfer();
+                       data.items.add(new File([text], "config.json", { type: "application/json" }));
+                       return data; }""",
+        json.dumps(config),
+    )
+    page.dispatch_event("#results", "drop", {"dataTransfer": transfer})
+    assert wait_computed(page)["model"] == {"hf_config": config}
+    assert_page_matches_cli(page, tmp_path)
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "num_hidden_layers": 12}))
+    page.locator("#config-file").set_input_files(str(path))
+    assert wait_computed(page)["model"]["hf_config"]["num_hidden_layers"] == 12
+    assert_page_matches_cli(page, tmp_path)

@@ -68,7 +68,7 @@ function setStale(reason) {
 }
 
 let computeStarted = 0;
-async function recompute(path, asked = minimal(setup)) {
+async function recompute(asked = minimal(setup)) {
   const jsonErrors = invalidJsonErrors(setup);
   if (jsonErrors.length) {
     form.showErrors(jsonErrors);
@@ -96,19 +96,18 @@ async function recompute(path, asked = minimal(setup)) {
   }
   // Which setup the page now shows the engine's answer for (tests and benchmarks wait on it).
   document.documentElement.dataset.computedSetup = JSON.stringify(asked);
-  return path;
 }
 
 // ---------------------------------------------------------------------------- setup state
 
-function setupChanged(next, path) {
+function setupChanged(next) {
   setup = next;
   const small = minimal(setup);
   setupJsonNode.textContent = JSON.stringify(small, null, 2);
   const hash = encodeHash(small, schema);
   if (location.hash.slice(1) !== hash) history.replaceState(null, "", `#${hash}`);
   document.title = `${describeSetup(setup, data.catalogs)} — trainmem`;
-  recompute(path, small);
+  recompute(small);
 }
 
 const form = new SetupForm(document.getElementById("setup-form"), {
@@ -132,7 +131,7 @@ window.addEventListener("hashchange", () => {
   const next = setupFromHash();
   if (!next || deepEqual(minimal(next), minimal(setup))) return;
   form.setSetup(next);
-  setupChanged(form.getSetup(), "");
+  setupChanged(form.getSetup());
 });
 
 resultsNode.addEventListener("click", (event) => {
@@ -141,7 +140,7 @@ resultsNode.addEventListener("click", (event) => {
   const suggestion = report.suggestions[Number(button.dataset.suggestion)];
   const next = overlay(setup, suggestion.setup_patch, schema);
   form.setSetup(next);
-  setupChanged(form.getSetup(), "suggestion");
+  setupChanged(form.getSetup());
 });
 
 // A config.json dropped anywhere on the page becomes the model.
@@ -203,7 +202,7 @@ engine
   .start()
   .then(() => {
     engineReady = true;
-    return recompute("");
+    return recompute();
   })
   .then(() => {
     document.documentElement.dataset.engine = "ready";
