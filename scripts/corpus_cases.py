@@ -121,6 +121,7 @@ def case(
     return {"id": case_id, "description": description, "fake": fake, "setup": setup}
 
 
+# fmt: off
 CASES: list[dict[str, Any]] = [
     # ---------------------------------------------------------------- GPT-2 12M (real)
     case("gpt2-12m-fp32-adamw-b1-s128", GPT2_12M, batch=1, seq=128,
@@ -139,7 +140,7 @@ CASES: list[dict[str, Any]] = [
          description="Without dropout CPU SDPA runs its fused flash kernel."),
     case("gpt2-12m-nodropout-fp32-adamw-eager-b2-s256", GPT2_12M_NO_DROPOUT, batch=2, seq=256, attention="eager"),
     case("gpt2-12m-ampbf16-lora-attn-b2-s256", GPT2_12M, batch=2, seq=256, precision="amp-bf16",
-         lora={"r": 8, "target_modules": GPT2_ATTENTION}),
+         lora={"r": 8}, description="LoRA with PEFT's default target for GPT-2 (c_attn)."),
     case("gpt2-12m-fp32-lora-all-ckpt-b4-s128", GPT2_12M, batch=4, seq=128,
          lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full"),
     # ---------------------------------------------------------------- Llama 14M (real)
@@ -196,7 +197,7 @@ CASES: list[dict[str, Any]] = [
          description="128k vocabulary, tied embeddings: the loss head dominates."),
     case("llama32-1b-fp32-adamw-eager-b1-s2048-fake", "llama-3.2-1b", batch=1, seq=2048, attention="eager", fake=True),
     case("llama2-7b-ampbf16-lora-attn-b1-s4096-fake", "llama-2-7b", batch=1, seq=4096, precision="amp-bf16",
-         lora={"r": 16, "target_modules": LLAMA_ATTENTION}, fake=True),
+         lora={"r": 16}, fake=True, description="LoRA with PEFT's default targets for Llama (q_proj, v_proj)."),
     case("llama2-7b-ampbf16-lora-all-ckpt-b4-s4096-fake", "llama-2-7b", batch=4, seq=4096, precision="amp-bf16",
          lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", fake=True),
     case("llama2-7b-bf16-lora-attn-ckpt-b8-s2048-fake", "llama-2-7b", batch=8, seq=2048, precision="bf16-pure",
@@ -209,3 +210,4 @@ CASES: list[dict[str, Any]] = [
     case("llama2-7b-ampbf16-adamw-ckpt-b1-s1024-fake", "llama-2-7b", batch=1, seq=1024, precision="amp-bf16",
          checkpointing="full", fake=True),
 ]
+# fmt: on

@@ -9,6 +9,11 @@ recorded setup, which names the kernels that actually ran, is given to
   and that category, vs the measured bytes of the category at the peak. A category is
   *significant* when it holds more than 1% of the measured peak; only significant
   categories count towards the category target.
+* ties: when two moments of the step are within 0.5% of each other (say the start of
+  backward and the optimizer step), which one is "the peak" flips on a few bytes, and so
+  does the breakdown. If the phase the prediction names as its peak has a measured phase
+  peak within 0.5% of the measured peak, categories are compared at that phase's measured
+  peak instead (the case is marked as a tie).
 
 Relative error = (predicted − measured) / measured. The summary gives the median, the
 90th percentile (nearest rank) and the maximum of |peak error|, and the largest
@@ -22,8 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import statistics
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -34,6 +39,7 @@ from .report import CATEGORIES
 from .units import MIB
 
 SIGNIFICANT_FRACTION = 0.01
+TIE_FRACTION = 0.005
 MEDIAN_TARGET = 0.02
 MAX_TARGET = 0.05
 CATEGORY_TARGET = 0.05
@@ -55,6 +61,7 @@ class CaseComparison:
     predicted_peak_bytes: int
     relative_error: float
     categories: list[CategoryComparison]
+    categories_at: str  # "peak", or e.g. "optimizer (tie)" when compared at a tied phase peak
 
     @property
     def worst_category_error(self) -> float:
@@ -93,9 +100,10 @@ def compare(measurement: Measurement, report: Any) -> CaseComparison:
     """One case: the measured peak and categories against a Report-shaped prediction."""
     peak = measurement.peak_allocated_bytes
     predicted = predicted_by_category(report)
+    breakdown, categories_at = measured_breakdown_for(measurement, report)
     categories = []
     for category in CATEGORIES:
-        measured = getattr(measurement.breakdown, category)
+        measured = getattr(breakdown, category)
         categories.append(
             CategoryComparison(
                 category=category,
@@ -112,7 +120,18 @@ def compare(measurement: Measurement, report: Any) -> CaseComparison:
         predicted_peak_bytes=report.peak_allocated_bytes,
         relative_error=error if error is not None else math.inf,
         categories=categories,
+        categories_at=categories_at,
     )
+
+
+def measured_breakdown_for(measurement: Measurement, report: Any) -> tuple[Any, str]:
+    """The measured breakdown to compare categories with: at the peak, or at a tied phase peak."""
+    predicted_phase = getattr(getattr(report, "peak", None), "phase", None)
+    if predicted_phase and predicted_phase != measurement.peak.phase:
+        tied = measurement.phase_peaks.get(predicted_phase)
+        if tied is not None and tied.bytes >= (1 - TIE_FRACTION) * measurement.peak_allocated_bytes:
+            return tied.breakdown, f"{predicted_phase} (tie)"
+    return measurement.breakdown, "peak"
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -163,19 +182,24 @@ def _percent(value: Optional[float]) -> str:
 def format_table(comparisons: Sequence[CaseComparison], summary: Summary) -> str:
     """The comparison table (MiB) and the summary; category columns show the error, '·' when insignificant."""
     name_width = max([len(c.id) for c in comparisons] + [4])
-    short = {"parameters": "params", "gradients": "grads", "optimizer_states": "states", "activations": "acts", "overhead": "ovh"}
+    short = {
+        "parameters": "params",
+        "gradients": "grads",
+        "optimizer_states": "states",
+        "activations": "acts",
+        "overhead": "ovh",
+    }
     header = f"{'case':<{name_width}}  {'measured':>10}  {'predicted':>10}  {'error':>7}  " + "  ".join(
         f"{short[c]:>7}" for c in CATEGORIES
     )
     lines = [header, "-" * len(header)]
     for comparison in comparisons:
-        cells = [
-            _percent(c.relative_error) if c.significant else "·" for c in comparison.categories
-        ]
+        cells = [_percent(c.relative_error) if c.significant else "·" for c in comparison.categories]
         lines.append(
             f"{comparison.id:<{name_width}}  {comparison.measured_peak_bytes / MIB:>10.1f}  "
             f"{comparison.predicted_peak_bytes / MIB:>10.1f}  {_percent(comparison.relative_error):>7}  "
             + "  ".join(f"{cell:>7}" for cell in cells)
+            + (f"  categories at {comparison.categories_at}" if comparison.categories_at != "peak" else "")
         )
     lines += [
         "",

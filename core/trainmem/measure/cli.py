@@ -124,7 +124,11 @@ def format_measurement(measurement: Measurement) -> str:
         f"  {measurement.num_parameters:,} parameters ({measurement.num_trainable_parameters:,} trainable); "
         f"{environment.device}{' (fake tensors)' if environment.fake else ''}, torch {environment.torch}",
         f"  kernels: attention {measurement.kernels.attention}, optimizer {measurement.kernels.optimizer_implementation}"
-        + (f", autocast {measurement.kernels.autocast_dtype} on {measurement.kernels.autocast_device}" if measurement.kernels.autocast_device else ""),
+        + (
+            f", autocast {measurement.kernels.autocast_dtype} on {measurement.kernels.autocast_device}"
+            if measurement.kernels.autocast_device
+            else ""
+        ),
         f"  peak allocated {format_bytes(peak)} ({peak:,} B) in {measurement.peak.phase} "
         f"at '{measurement.peak.label}' (micro-batch {measurement.peak.micro_batch})",
     ]
@@ -139,7 +143,9 @@ def format_measurement(measurement: Measurement) -> str:
     if measurement.peak_by_op:
         lines.append("  transient memory at the peak, by op:")
         for entry in measurement.peak_by_op[:6]:
-            lines.append(f"    {entry.op:<48} {format_bytes(entry.bytes):>11}  ({entry.count} tensors, {entry.category})")
+            lines.append(
+                f"    {entry.op:<48} {format_bytes(entry.bytes):>11}  ({entry.count} tensors, {entry.category})"
+            )
     if measurement.cuda is not None:
         lines.append(
             f"  torch.cuda: max_memory_allocated {format_bytes(measurement.cuda.max_memory_allocated)}, "

@@ -8,8 +8,9 @@
 * ``precision``: ``fp32``, ``amp-bf16`` and ``amp-fp16`` keep fp32 weights (autocast does
   the rest); ``bf16-pure`` casts the whole model with ``model.to(torch.bfloat16)``.
 * ``finetuning.method == "lora"``: ``peft.get_peft_model(model, LoraConfig(r,
-  target_modules, lora_dropout))`` with peft's defaults otherwise (its
-  ``autocast_adapter_dtype=True`` keeps adapters in fp32 on a bf16 base).
+  target_modules, lora_dropout))`` with peft's defaults otherwise (``target_modules=None``
+  lets peft pick its default for the model type; its ``autocast_adapter_dtype=True``
+  keeps adapters in fp32 on a bf16 base).
 * ``activation_checkpointing == "full"``: transformers'
   ``activation_checkpointing_enable({"use_reentrant": False})`` on the base model, after
   LoRA (as the HF Trainer does); it also makes the embedding output require grad.
@@ -44,7 +45,9 @@ def hf_config_dict(setup: Setup) -> dict[str, Any]:
     elif isinstance(model, ArchitectureModel):
         config = config_from_architecture(model.architecture)
     else:
-        raise ValueError("a model given only by num_parameters cannot be built; give a preset, hf_config or architecture")
+        raise ValueError(
+            "a model given only by num_parameters cannot be built; give a preset, hf_config or architecture"
+        )
     if "model_type" not in config and isinstance(config.get("text_config"), dict):
         config = dict(config["text_config"])
     config["use_cache"] = False
@@ -68,7 +71,9 @@ def config_from_architecture(architecture: Architecture) -> dict[str, Any]:
         raise ValueError(f"cannot build an architecture with {', '.join(unsupported)}; give its hf_config instead")
     if architecture.position_embedding == "learned":
         if architecture.mlp != "plain" or architecture.norm != "layernorm" or not architecture.fused_qkv:
-            raise ValueError("learned positions are built as GPT-2, which needs mlp='plain', norm='layernorm', fused_qkv")
+            raise ValueError(
+                "learned positions are built as GPT-2, which needs mlp='plain', norm='layernorm', fused_qkv"
+            )
         return {
             "model_type": "gpt2",
             "vocab_size": architecture.vocab_size,
@@ -136,7 +141,8 @@ def _add_lora(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
     from peft import LoraConfig, get_peft_model
 
     lora = setup.finetuning.lora
-    target = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
+    targets = lora.target_modules
+    target = targets if targets is None or isinstance(targets, str) else list(targets)
     config = LoraConfig(r=lora.r, target_modules=target, lora_dropout=lora.lora_dropout, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
 
@@ -154,6 +160,13 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
         if isinstance(module, torch.nn.ModuleList) and len(module) == count:
             return list(module)
     raise ValueError(f"found no ModuleList of {count} decoder layers")
+
+
+def lora_target_modules(model: torch.nn.Module) -> list[str] | None:
+    """The module names peft adapted (last name component, as target_modules match), sorted; None without LoRA."""
+    if not getattr(model, "peft_config", None):
+        return None
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if hasattr(module, "lora_A")})
 
 
 def lora_adapter_dtype(model: torch.nn.Module) -> str | None:

@@ -64,7 +64,9 @@ def build_optimizer(name: str, implementation: Optional[str], parameters: list[t
         kwargs = {"lr": LEARNING_RATE, **ADAFACTOR_KWARGS}
         return BuiltOptimizer(Adafactor(parameters, **kwargs), "for-loop", _qualified(Adafactor), kwargs)
     if name not in TORCH_OPTIMIZERS:
-        raise ValueError(f"optimizer {name!r} cannot be measured; measurable: {', '.join([*TORCH_OPTIMIZERS, 'adafactor'])}")
+        raise ValueError(
+            f"optimizer {name!r} cannot be measured; measurable: {', '.join([*TORCH_OPTIMIZERS, 'adafactor'])}"
+        )
     cls, extra = TORCH_OPTIMIZERS[name]
     chosen = implementation or default_implementation(parameters)
     switches = {"foreach": {"foreach": True}, "for-loop": {"foreach": False}, "fused": {"fused": True}}[chosen]

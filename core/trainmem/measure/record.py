@@ -37,7 +37,9 @@ class Kernels(FrozenModel):
         description="sdpa: a fused SDPA kernel ran (no s×s scores); sdpa-math: SDPA's math fallback "
         "(on CPU whenever attention dropout > 0); eager: the model's own matmul/softmax attention."
     )
-    attention_ops: list[str] = Field(description="The aten attention ops seen, e.g. aten._scaled_dot_product_flash_attention_for_cpu.")
+    attention_ops: list[str] = Field(
+        description="The aten attention ops seen, e.g. aten._scaled_dot_product_flash_attention_for_cpu."
+    )
     optimizer_class: str = Field(description="Qualified class name of the optimizer, e.g. torch.optim.adamw.AdamW.")
     optimizer_kwargs: dict[str, Any] = Field(description="Every keyword argument the optimizer was built with.")
     optimizer_implementation: OptimizerImplementationRan
@@ -53,6 +55,9 @@ class Kernels(FrozenModel):
     )
     lora_adapter_dtype: Optional[str] = Field(
         default=None, description="dtype of the LoRA adapter weights (peft upcasts them to fp32 by default)."
+    )
+    lora_target_modules: Optional[list[str]] = Field(
+        default=None, description="The module names peft adapted ('all-linear' and defaults resolved by peft)."
     )
 
 
@@ -158,7 +163,9 @@ class Measurement(FrozenModel):
         default_factory=dict, description="Named sub-parts of a category at the peak (see PART_* names)."
     )
     peak: PeakMoment
-    phase_peaks: dict[str, PhasePeak] = Field(description="Keyed by phase: forward, loss, backward, optimizer, zero_grad.")
+    phase_peaks: dict[str, PhasePeak] = Field(
+        description="Keyed by phase: forward, loss, backward, optimizer, zero_grad."
+    )
     start_bytes: int = Field(description="Live bytes when the measured step started (weights, states, inputs).")
     end_bytes: int = Field(description="Live bytes after zero_grad.")
     peak_tensors: list[PeakTensor] = Field(default_factory=list, description="The largest storages alive at the peak.")

@@ -12,8 +12,8 @@
 4. Turn the tracker's log into a :class:`~trainmem.measure.record.Measurement`.
 
 The recorded setup is the one that actually ran: the precision recipe made explicit
-(``bf16-mixed`` on one device is ``amp-bf16``), the optimizer implementation made
-explicit, the attention kernel as observed (``sdpa`` on CPU with attention dropout runs
+(``bf16-mixed`` on one device is ``amp-bf16``), the optimizer implementation and LoRA's
+default target modules made explicit, the attention kernel as observed (``sdpa`` on CPU with attention dropout runs
 the math path and is recorded as ``sdpa-math``), and ``runtime.device``.
 """
 
@@ -25,15 +25,23 @@ import gc
 import platform
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..setup import Setup
 from .accounting import StepLog, account
 from .fake import materialize
-from .hf_model import REPLAYABLE_PRECISIONS, base_model, build_model, lora_adapter_dtype
-from .optimizers import build_optimizer
+from .hf_model import (
+    REPLAYABLE_PRECISIONS,
+    base_model,
+    build_model,
+    lora_adapter_dtype,
+    lora_target_modules,
+)
+from .optimizers import BuiltOptimizer, build_optimizer
 from .record import CudaMemory, Environment, Kernels, Measurement
 from .step import AUTOCAST_DTYPES, TrainingStep
 from .tracker import StorageTracker
@@ -99,64 +107,25 @@ def measure(
     """Run the setup's training step in PyTorch and count where its memory goes."""
     setup = resolve_precision(setup if isinstance(setup, Setup) else Setup.model_validate(setup))
     check_replayable(setup)
-    device = torch.device(setup.runtime.device)
-    if device.type == "cuda" and not fake and not torch.cuda.is_available():
-        raise ValueError("runtime.device is 'cuda' but CUDA is not available")
-    if fake and device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("a fake CUDA run needs a CUDA build of torch (kernel choices query the device)")
-
+    device = _device(setup, fake)
     torch.manual_seed(seed)
-    with _quiet_libraries(), unpacked_batches(), _fake_mode(fake) as fake_mode:
-        if fake:
-            with _suspended(fake_mode):
-                model = build_model(setup, on_meta=True)
-            materialize(model, device)
-        else:
-            model = build_model(setup, on_meta=False).to(device)
-        trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
-        built = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
-        vocab_size = base_model(model).config.vocab_size
-        batch = torch.randint(0, vocab_size, (setup.micro_batch_size, setup.sequence_length), device=device)
-        step = TrainingStep(setup, model, built.optimizer, batch)
+    with _quiet_libraries(), unpacked_batches(), _fake_mode(fake):
+        run = _prepare(setup, fake, device)
         for _ in range(warmup_steps):
-            step.run()
-
-        tracker = StorageTracker(autocast_recipe=setup.precision in AUTOCAST_DTYPES)
-        cuda_start = _cuda_reset(device, fake)
-        gc.collect()
-        gc.disable()
-        try:
-            step.register_existing(tracker)
-            with tracker:
-                step.run(tracker)
-        finally:
-            tracker.stop()
-            gc.enable()
-        cuda = _cuda_stats(device, fake, cuda_start)
+            run.step.run()
+        tracker, cuda = _tracked_step(run.step, setup, device, fake)
         accounting = account(
             StepLog(
                 storages=tracker.storages,
                 events=tracker.events,
                 segments=tracker.segments,
-                gradient_storages=step.gradient_storages,
-                optimizer_state_storages=step.optimizer_state_storages,
+                gradient_storages=run.step.gradient_storages,
+                optimizer_state_storages=run.step.optimizer_state_storages,
             )
         )
-        kernels = Kernels(
-            attention=_attention_that_ran(setup, tracker),
-            attention_ops=sorted(op for op in tracker.op_counts if op in FUSED_ATTENTION_OPS + MATH_ATTENTION_OPS),
-            optimizer_class=built.qualified_class,
-            optimizer_kwargs=built.kwargs,
-            optimizer_implementation=built.implementation,
-            autocast_device=device.type if setup.precision in AUTOCAST_DTYPES else None,
-            autocast_dtype=str(AUTOCAST_DTYPES[setup.precision]).removeprefix("torch.")
-            if setup.precision in AUTOCAST_DTYPES
-            else None,
-            input_embeddings_require_grad=_embeddings_require_grad(setup),
-            lora_adapter_dtype=lora_adapter_dtype(model),
-        )
-        num_parameters = sum(parameter.numel() for parameter in model.parameters())
-        num_trainable = sum(parameter.numel() for parameter in trainable)
+        kernels = _kernels(setup, run, tracker, device)
+        num_parameters = sum(parameter.numel() for parameter in run.model.parameters())
+        num_trainable = sum(parameter.numel() for parameter in run.trainable)
 
     replayed = _replayed_setup(setup, kernels, device.type)
     return Measurement(
@@ -179,7 +148,75 @@ def measure(
         timeline=accounting.timeline,
         cuda=cuda,
         untracked_input_bytes=tracker.untracked_input_bytes,
-        notes=step.notes,
+        notes=run.step.notes,
+    )
+
+
+@dataclass
+class _Run:
+    """Everything a measured step needs, built once."""
+
+    model: torch.nn.Module
+    trainable: list[torch.nn.Parameter]
+    optimizer: BuiltOptimizer
+    step: TrainingStep
+
+
+def _device(setup: Setup, fake: bool) -> torch.device:
+    device = torch.device(setup.runtime.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        if fake:
+            raise ValueError("a fake CUDA run needs a CUDA build of torch (kernel choices query the device)")
+        raise ValueError("runtime.device is 'cuda' but CUDA is not available")
+    return device
+
+
+def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
+    """Model (fake: built on meta, then materialised as FakeTensors), optimizer, batch, step."""
+    if fake:
+        with _disable_current_modes():
+            model = build_model(setup, on_meta=True)
+        materialize(model, device)
+    else:
+        model = build_model(setup, on_meta=False).to(device)
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    optimizer = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
+    vocab_size = base_model(model).config.vocab_size
+    batch = torch.randint(0, vocab_size, (setup.micro_batch_size, setup.sequence_length), device=device)
+    return _Run(model, trainable, optimizer, TrainingStep(setup, model, optimizer.optimizer, batch))
+
+
+def _tracked_step(
+    step: TrainingStep, setup: Setup, device: torch.device, fake: bool
+) -> tuple[StorageTracker, Optional[CudaMemory]]:
+    """One step under the tracker, with the garbage collector paused so frees are deterministic."""
+    tracker = StorageTracker(autocast_recipe=setup.precision in AUTOCAST_DTYPES)
+    cuda_start = _cuda_reset(device, fake)
+    gc.collect()
+    gc.disable()
+    try:
+        step.register_existing(tracker)
+        with tracker:
+            step.run(tracker)
+    finally:
+        tracker.stop()
+        gc.enable()
+    return tracker, _cuda_stats(device, fake, cuda_start)
+
+
+def _kernels(setup: Setup, run: _Run, tracker: StorageTracker, device: torch.device) -> Kernels:
+    autocast_dtype = AUTOCAST_DTYPES.get(setup.precision)
+    return Kernels(
+        attention=_attention_that_ran(setup, tracker),
+        attention_ops=sorted(op for op in tracker.op_counts if op in FUSED_ATTENTION_OPS + MATH_ATTENTION_OPS),
+        optimizer_class=run.optimizer.qualified_class,
+        optimizer_kwargs=run.optimizer.kwargs,
+        optimizer_implementation=run.optimizer.implementation,
+        autocast_device=device.type if autocast_dtype is not None else None,
+        autocast_dtype=str(autocast_dtype).removeprefix("torch.") if autocast_dtype is not None else None,
+        input_embeddings_require_grad=_embeddings_require_grad(setup),
+        lora_adapter_dtype=lora_adapter_dtype(run.model),
+        lora_target_modules=lora_target_modules(run.model),
     )
 
 
@@ -213,15 +250,6 @@ def _fake_mode(fake: bool):
         yield mode
 
 
-@contextlib.contextmanager
-def _suspended(mode: Any):
-    """Leave ``mode`` inactive for the block (meta-device construction must not make fake tensors)."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    with _disable_current_modes():
-        yield
-
-
 def _attention_that_ran(setup: Setup, tracker: StorageTracker) -> str:
     if setup.attention == "eager":
         return "eager"
@@ -239,6 +267,8 @@ def _replayed_setup(setup: Setup, kernels: Kernels, device_type: str) -> Setup:
     data["attention"] = kernels.attention
     data["optimizer"] = {"name": setup.optimizer.name, "implementation": kernels.optimizer_implementation}
     data["runtime"] = {**data["runtime"], "device": device_type}
+    if setup.finetuning.method == "lora" and setup.finetuning.lora.target_modules is None:
+        data["finetuning"]["lora"]["target_modules"] = kernels.lora_target_modules
     return Setup.model_validate(data)
 
 
@@ -246,7 +276,14 @@ def default_case_id(setup: Setup, fake: bool) -> str:
     """A readable id from the main axes, e.g. 'gpt2-fp32-adamw-sdpa-b2-s256'."""
     model = setup.model
     name = getattr(model, "preset", None) or str((setup.architecture() or "custom") and setup.architecture().model_type)
-    parts = [name, setup.precision, setup.optimizer.name, setup.attention, f"b{setup.micro_batch_size}", f"s{setup.sequence_length}"]
+    parts = [
+        name,
+        setup.precision,
+        setup.optimizer.name,
+        setup.attention,
+        f"b{setup.micro_batch_size}",
+        f"s{setup.sequence_length}",
+    ]
     if setup.gradient_accumulation_steps > 1:
         parts.append(f"ga{setup.gradient_accumulation_steps}")
     if setup.activation_checkpointing != "none":

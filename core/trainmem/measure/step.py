@@ -10,7 +10,8 @@ One optimizer step with G = ``gradient_accumulation_steps`` micro-batches::
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
-The whole step runs inside ``sdpa_kernel(SDPBackend.MATH)`` for ``attention="sdpa-math"``
+amp-fp16 runs the same loop without a GradScaler (its scale tensor and in-place unscale
+add a few bytes). The whole step runs inside ``sdpa_kernel(SDPBackend.MATH)`` for ``attention="sdpa-math"``
 (so that checkpointed recomputation uses the math path too). The same batch tensor is used
 for every micro-batch; it is allocated before the step.
 
@@ -100,14 +101,16 @@ class TrainingStep:
         """Count what is alive when the step starts: weights and buffers, optimizer state, the batch."""
         from .events import ROLE_INPUT, ROLE_PARAMETER
 
-        for tensor in [*self.model.parameters(), *self.model.buffers()]:
-            tracker.register(tensor, ROLE_PARAMETER)
+        for tensor in self.model.parameters():
+            tracker.register(tensor, ROLE_PARAMETER, op="(parameter)")
+        for tensor in self.model.buffers():
+            tracker.register(tensor, ROLE_PARAMETER, op="(buffer)")
         for tensor in self._optimizer_state_tensors():
-            tracker.register(tensor, ROLE_OPTIMIZER_STATE)
+            tracker.register(tensor, ROLE_OPTIMIZER_STATE, op="(optimizer state)")
         for parameter in self.model.parameters():
             if parameter.grad is not None:
-                tracker.register(parameter.grad, ROLE_GRADIENT)
-        tracker.register(self.batch, ROLE_INPUT)
+                tracker.register(parameter.grad, ROLE_GRADIENT, op="(gradient)")
+        tracker.register(self.batch, ROLE_INPUT, op="(input batch)")
 
     def _snapshot_gradients(self) -> None:
         if self.tracker is None:
@@ -123,7 +126,12 @@ class TrainingStep:
             self.optimizer_state_storages.add(self._index_or_register(tensor, ROLE_OPTIMIZER_STATE))
 
     def _optimizer_state_tensors(self) -> list[torch.Tensor]:
-        return [value for state in self.optimizer.state.values() for value in state.values() if isinstance(value, torch.Tensor)]
+        return [
+            value
+            for state in self.optimizer.state.values()
+            for value in state.values()
+            if isinstance(value, torch.Tensor)
+        ]
 
     def _index_or_register(self, tensor: torch.Tensor, role: str) -> int:
         assert self.tracker is not None
