@@ -12,8 +12,9 @@ From a clean checkout, touching the network only through the package registries:
   3. downloads the wheels Pyodide loads, pinned with hashes in web/pyodide-requirements.txt,
      with pip (cached in .cache/pyodide-wheels/);
   4. copies Pyodide's core files and the charting library out of web/node_modules;
-  5. adds Python 3.14 bytecode to those wheels with Pyodide's interpreter under Node
-     (web/tools/precompile.mjs), so the browser does not compile pydantic on every visit;
+  5. compiles Pyodide's standard library and those wheels to Python 3.14 bytecode with
+     Pyodide's own interpreter under Node (web/tools/precompile.mjs), so that the browser does
+     not compile Python source on every visit (seconds on a small machine);
   6. computes the default setup's report with CPython (the same web/py/trainmem_web.py the
      browser runs) and renders it into the HTML (web/tools/prerender.mjs), so the first paint
      shows a real result before Pyodide has loaded;
@@ -223,8 +224,8 @@ def build(site: Path) -> dict:
     wheels = [build_trainmem_wheel(wheels_dir).name]
     for wheel in pyodide_wheels():
         wheels.append(Path(shutil.copy2(wheel, wheels_dir / wheel.name)).name)
-    log("adding Python 3.14 bytecode to the wheels (Pyodide under Node)")
-    run(["node", str(WEB / "tools" / "precompile.mjs"), str(wheels_dir)])
+    log("compiling the standard library and the wheels to Python 3.14 bytecode (Pyodide under Node)")
+    run(["node", str(WEB / "tools" / "precompile.mjs"), str(staging)])
     python_modules = sorted(f"py/{p.name}" for p in (staging / "py").glob("*.py"))
 
     log("computing the default setup with CPython")
