@@ -36,20 +36,26 @@ def test_a_view_keeps_its_whole_storage_alive():
 
 def test_autocast_caches_casts_of_trainable_weights_only():
     tape = Tape(device="cuda", autocast="bf16")
-    x = tape.new(4 * 8, "fp32", True)
-    trainable = Sym(8 * 8, "fp32", True, "parameter")
-    frozen = Sym(8 * 8, "fp32", False, "parameter")
-    tape.linear(x, trainable, 8)
-    tape.linear(x, frozen, 8)
-    assert tape.cached_weight_copy_bytes == 8 * 8 * 2
+    x = tape.new(4 * 64, "fp32", True)
+    trainable = Sym(64 * 64, "fp32", True, "parameter")
+    frozen = Sym(64 * 64, "fp32", False, "parameter")
+    tape.linear(x, trainable, 64)
+    tape.linear(x, frozen, 64)
+    assert tape.cached_weight_copy_bytes == 64 * 64 * 2
 
 
 def test_dropout_mask_is_one_byte_on_cuda_and_input_sized_on_cpu():
     for device, mask_bytes in (("cuda", 1), ("cpu", 2)):
         tape = Tape(device=device)
-        x = tape.new(100, "bf16", True)
+        x = tape.new(1024, "bf16", True)
         tape.dropout(x, 0.1)
-        assert tape.saved_bytes() == 100 * mask_bytes
+        assert tape.saved_bytes() == 1024 * mask_bytes
+
+
+def test_cuda_allocations_are_counted_in_512_byte_blocks():
+    cuda, cpu = Tape(device="cuda"), Tape(device="cpu")
+    assert cuda.new(10, "fp32", True).storage_nbytes == 512
+    assert cpu.new(10, "fp32", True).storage_nbytes == 40
 
 
 @pytest.mark.parametrize(
@@ -71,7 +77,8 @@ def test_backward_leaves_one_gradient_per_parameter_of_the_layer(name):
         experts_per_token=arch.num_experts_per_tok if arch.is_moe else 0,
         shared_intermediate=arch.shared_expert_intermediate_size,
     )
-    kernels = LayerKernels(device="cuda", autocast=None, weight_dtype="bf16", stream_dtype="bf16", attention="fused")
+    # On CPU, bytes are counted exactly (CUDA rounds each gradient up to 512 bytes).
+    kernels = LayerKernels(device="cpu", autocast=None, weight_dtype="bf16", stream_dtype="bf16", attention="fused")
     trace = trace_layer(arch, shape, kernels, Trainability(lambda m: True, lambda m: False), True)
     assert trace.parameter_grad_bytes == build_inventory(arch).layer_numel * 2
 
