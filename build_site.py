@@ -215,8 +215,6 @@ def build(site: Path) -> dict:
     (staging / "vendor").mkdir()
     for name, source in VENDOR_FILES.items():
         shutil.copy2(NODE_MODULES / source, staging / "vendor" / name)
-    # A favicon.ico, so that no browser asks for one that is not there.
-    shutil.copy2(WEB / "favicon.svg", staging / "favicon.ico")
 
     wheels_dir = staging / "wheels"
     wheels_dir.mkdir()
@@ -275,7 +273,6 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         ".svg": "image/svg+xml",
         ".whl": "application/zip",
         ".zip": "application/zip",
-        ".ico": "image/svg+xml",
     }
 
     def end_headers(self) -> None:
