@@ -168,7 +168,10 @@ class Measurement(FrozenModel):
     )
     start_bytes: int = Field(description="Live bytes when the measured step started (weights, states, inputs).")
     end_bytes: int = Field(description="Live bytes after zero_grad.")
-    peak_tensors: list[PeakTensor] = Field(default_factory=list, description="The largest storages alive at the peak.")
+    peak_tensors: list[PeakTensor] = Field(
+        default_factory=list,
+        description="The largest transient storages alive at the peak (activations, overhead, autocast weight copies).",
+    )
     peak_by_op: list[OpBytes] = Field(default_factory=list, description="Activations and overhead at the peak, by op.")
     timeline: MeasuredTimeline
     cuda: Optional[CudaMemory] = None
