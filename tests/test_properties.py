@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -129,6 +129,17 @@ def test_checkpointing_never_increases_the_peak(setup):
 
 @SETTINGS
 @given(base_setups)
+@example(  # QLoRA under autocast: casts of frozen weights are saved without being cached
+    {
+        "model": "qwen1.5-moe-a2.7b",
+        "micro_batch_size": 5,
+        "sequence_length": 1024,
+        "precision": "amp-bf16",
+        "optimizer": "adafactor",
+        "loss": "chunked",
+        "finetuning": {"method": "qlora"},
+    }
+)
 def test_every_valid_setup_yields_a_consistent_report(setup):
     assume(valid(setup))
     report = trainmem.estimate(setup)

@@ -24,6 +24,7 @@ class EndTrace:
     saved_activation_bytes: int
     saved_weight_copy_bytes: int
     cached_weight_copy_bytes: int
+    cache_only_weight_copy_bytes: int
     forward_peak_bytes: int
     """Transient peak during the forward, above what was alive before (output and saved included)."""
     output_bytes: int
@@ -73,6 +74,7 @@ def trace_embedding(
         saved_activation_bytes=tape.saved_bytes(("activation",)),
         saved_weight_copy_bytes=0,
         cached_weight_copy_bytes=0,
+        cache_only_weight_copy_bytes=0,
         forward_peak_bytes=tape.peak_live_bytes,
         output_bytes=tape.live_bytes() - tape.saved_bytes(("activation",)),
         backward_peak_bytes=replay.peak_bytes,
@@ -161,6 +163,7 @@ def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool) -> EndTrace:
         saved_activation_bytes=saved,
         saved_weight_copy_bytes=tape.saved_bytes(("weight_copy",)),
         cached_weight_copy_bytes=tape.cached_weight_copy_bytes,
+        cache_only_weight_copy_bytes=tape.cache_only_weight_copy_bytes,
         forward_peak_bytes=tape.peak_live_bytes,
         output_bytes=loss.nbytes,
         backward_peak_bytes=replay.peak_bytes,

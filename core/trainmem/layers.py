@@ -556,6 +556,7 @@ class LayerTrace:
     saved_weight_copy_bytes: int
     """Autocast low-precision copies of weights saved for backward (reported under parameters)."""
     cached_weight_copy_bytes: int
+    cache_only_weight_copy_bytes: int
     """All of autocast's cached weight casts (saved or not): alive until the autocast region exits."""
     output_bytes: int
     """The layer's output (the next layer's input)."""
@@ -598,6 +599,7 @@ def trace_layer(
         saved_activation_bytes=activations,
         saved_weight_copy_bytes=weight_copies,
         cached_weight_copy_bytes=cached_copies,
+        cache_only_weight_copy_bytes=tape.cache_only_weight_copy_bytes,
         forward_peak_bytes=peak_forward - x.nbytes,
         output_bytes=out.nbytes,
         backward_peak_bytes=replay.peak_bytes,

@@ -550,7 +550,10 @@ def _micro_batch(
         delta = {
             ("activations", saved_name): saved,
             ("parameters", copies_name): copies,
-            ("parameters", "autocast cache"): trace.cached_weight_copy_bytes - copies,
+            # Under checkpointing nothing is saved, and every cached cast waits for the region's end.
+            ("parameters", "autocast cache"): trace.cached_weight_copy_bytes
+            if recompute
+            else trace.cache_only_weight_copy_bytes,
         }
         labels = (
             [f"layer 0 forward{suffix}"]
@@ -573,9 +576,10 @@ def _micro_batch(
             micro_batch,
             {
                 ("activations", "logits and loss temporaries"): head.forward_peak_bytes
-                - head.cached_weight_copy_bytes
+                - head.cache_only_weight_copy_bytes
+                - head.saved_weight_copy_bytes
                 - account.get("activations", "hidden state"),
-                ("parameters", "autocast cache"): head.cached_weight_copy_bytes,
+                ("parameters", "autocast cache"): head.cache_only_weight_copy_bytes + head.saved_weight_copy_bytes,
                 ("parameters", "gathered weights"): ends_gathered,
             },
         )

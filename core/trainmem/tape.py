@@ -133,6 +133,11 @@ class Tape:
         """Bytes of autocast's cached weight casts: alive until the autocast region exits."""
         return sum(copy.storage_nbytes for copy in self._weight_cache.values())
 
+    @property
+    def cache_only_weight_copy_bytes(self) -> int:
+        """Cached weight casts that no node saved: freed when the autocast region exits."""
+        return sum(c.storage_nbytes for c in self._weight_cache.values() if c.storage not in self.saved_storages)
+
     # ------------------------------------------------------------------ bookkeeping
     def new(self, numel: int, dtype: str, requires_grad: bool, tag: str = "activation") -> Sym:
         tensor = Sym(numel, dtype, requires_grad, tag)
