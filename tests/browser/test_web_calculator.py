@@ -214,12 +214,19 @@ def test_suggestion_applies_its_patch(page, guard, site_url, tmp_path):
     page.goto(site_url)
     wait_engine_ready(page)
     page.get_by_test_id("input-micro_batch_size").fill("16")
-    wait_computed(page)
-    button = page.locator("button[data-suggestion]").first
-    if button.count() == 0:
-        return  # nothing to suggest for this setup
-    button.click()
-    wait_computed(page)
+    setup = wait_computed(page)
+    # The numbers come first, the suggestions (each a re-run of the simulation) right after.
+    page.wait_for_function(
+        "(asked) => document.documentElement.dataset.suggestedSetup === asked",
+        arg=json.dumps(setup, separators=(",", ":")),
+    )
+    report = cli_report(setup, tmp_path)
+    titles = page.locator('[data-part="suggestions"] li strong').all_text_contents()
+    assert titles == [suggestion["title"] for suggestion in report["suggestions"]]
+    assert titles, "a 16-sequence micro-batch of an 8B model on one node should get suggestions"
+    page.locator("button[data-suggestion]").first.click()
+    patched = wait_computed(page)
+    assert patched != setup
     assert_page_matches_cli(page, tmp_path)
 
 

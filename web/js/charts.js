@@ -5,7 +5,17 @@ import { CATEGORIES, CATEGORY_LABELS, PHASE_LABELS, formatBytes, toGiB } from ".
 
 const charts = new Map(); // canvas -> Chart
 
+let cachedPalette = null; // [scheme, colours]: reading styles after a DOM change forces a style pass
+
 function palette() {
+  const scheme = window.matchMedia?.("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  if (cachedPalette && cachedPalette[0] === scheme) return cachedPalette[1];
+  const colors = readPalette();
+  cachedPalette = [scheme, colors];
+  return colors;
+}
+
+function readPalette() {
   const style = getComputedStyle(document.documentElement);
   const read = (name) => style.getPropertyValue(name).trim();
   return {

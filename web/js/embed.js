@@ -134,7 +134,7 @@ function showErrors(errors) {
 async function recompute() {
   resultsNode.classList.add("stale");
   const asked = minimal(setup);
-  const answer = await engine.compute(asked);
+  const answer = await engine.compute(asked, { suggestions: false }); // the embed shows none
   if (answer.superseded) return;
   document.documentElement.dataset.computedSetup = JSON.stringify(asked);
   document.documentElement.dataset.engine = "ready";

@@ -63,24 +63,32 @@ export class Engine {
     else waiter.resolve(message.result);
   }
 
-  /** Estimate a setup (an object); resolves to {ok, report | errors} or {superseded: true}. */
-  async compute(setup) {
+  /**
+   * Estimate a setup (an object); resolves to {ok, report | errors} or {superseded: true}.
+   * `suggestions: false` leaves out the report's suggestions, which cost most of the time.
+   */
+  async compute(setup, { suggestions = true } = {}) {
     await this.start();
     const setupJson = JSON.stringify(setup);
     return new Promise((resolve) => {
       if (this.queued) this.queued.resolve({ superseded: true });
-      this.queued = { setupJson, resolve };
+      this.queued = { setupJson, suggestions, resolve };
       this.drain();
     });
   }
 
+  /** True while nothing is computing or waiting (the page asks for suggestions only then). */
+  get idle() {
+    return !this.running && !this.queued;
+  }
+
   async drain() {
     if (this.running || !this.queued) return;
-    const { setupJson, resolve } = this.queued;
+    const { setupJson, suggestions, resolve } = this.queued;
     this.queued = null;
     this.running = true;
     try {
-      resolve(JSON.parse(await this.call("compute", { setupJson })));
+      resolve(JSON.parse(await this.call("compute", { setupJson, suggestions })));
     } catch (error) {
       resolve({ ok: false, errors: [{ path: "", message: `internal error: ${error.message}` }] });
     } finally {

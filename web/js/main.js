@@ -24,8 +24,10 @@ const resultsNode = document.getElementById("results");
 const setupJsonNode = document.querySelector('[data-testid="setup-json"]');
 const notice = document.getElementById("results-notice");
 
-let report = null; // the report on screen
+let report = null; // the report whose numbers are on screen
+let suggestions = []; // the suggestions on screen (the last report computed with them)
 let engineReady = false;
+const SUGGESTIONS_DELAY_MS = 150; // ask for suggestions once the reader pauses
 let setup = setupFromHash() || pageDefault;
 
 function setupFromHash() {
@@ -40,10 +42,11 @@ function minimal(full) {
 
 // ---------------------------------------------------------------------------- results
 
-function showReport(next) {
+function showReport(next, { suggestionsPending = false } = {}) {
   report = next;
+  if (!suggestionsPending) suggestions = next.suggestions;
   form.lastReport = next;
-  renderReport(resultsNode, next, { catalogs: data.catalogs });
+  renderReport(resultsNode, next, { catalogs: data.catalogs, suggestionsPending });
   drawCharts();
   setStale(null);
 }
@@ -68,6 +71,17 @@ function setStale(reason) {
 }
 
 let computeStarted = 0;
+let suggestionsTimer = null;
+
+async function addSuggestions(asked) {
+  const current = () => deepEqual(asked, minimal(setup));
+  if (!engine.idle || !current()) return; // a newer change is being computed
+  const answer = await engine.compute(asked);
+  if (answer.superseded || !answer.ok || !current()) return;
+  showReport(answer.report);
+  document.documentElement.dataset.suggestedSetup = JSON.stringify(asked);
+}
+
 async function recompute(asked = minimal(setup)) {
   const jsonErrors = invalidJsonErrors(setup);
   if (jsonErrors.length) {
@@ -79,13 +93,16 @@ async function recompute(asked = minimal(setup)) {
     setStale("computing");
     return; // the first answer of the engine will compute the form's setup
   }
+  clearTimeout(suggestionsTimer);
   computeStarted = performance.now();
-  const answer = await engine.compute(asked);
+  // The numbers first; the suggestions (each a re-run of the simulation) when the reader pauses.
+  const answer = await engine.compute(asked, { suggestions: false });
   if (answer.superseded) return;
   const answered = performance.now();
   if (answer.ok) {
     form.clearErrors();
-    showReport(answer.report);
+    showReport(answer.report, { suggestionsPending: true });
+    suggestionsTimer = setTimeout(() => addSuggestions(asked), SUGGESTIONS_DELAY_MS);
     // Where a recompute's time goes (read by benchmarks/bench_site.py).
     const rendered = performance.now();
     document.documentElement.dataset.lastEngineMs = (answered - computeStarted).toFixed(1);
@@ -137,7 +154,8 @@ window.addEventListener("hashchange", () => {
 resultsNode.addEventListener("click", (event) => {
   const button = event.target.closest("button[data-suggestion]");
   if (!button || !report) return;
-  const suggestion = report.suggestions[Number(button.dataset.suggestion)];
+  const suggestion = suggestions[Number(button.dataset.suggestion)];
+  if (!suggestion) return;
   const next = overlay(setup, suggestion.setup_patch, schema);
   form.setSetup(next);
   setupChanged(form.getSetup());

@@ -129,7 +129,10 @@ export function renderCompactBreakdown(container, summary) {
 
 // ---------------------------------------------------------------------------- full report
 
-/** Render a whole Report into the results container. `ctx.catalogs` names the GPUs. */
+/**
+ * Render a whole Report into the results container. `ctx.catalogs` names the GPUs;
+ * `ctx.suggestionsPending` says the report was computed without its suggestions.
+ */
 export function renderReport(container, report, ctx = {}) {
   const doc = container.ownerDocument;
   const summary = summarize(report);
@@ -150,7 +153,7 @@ export function renderReport(container, report, ctx = {}) {
   );
   renderBreakdownTable(container, report);
   renderFitsOn(container, report, ctx);
-  renderSuggestions(container, report);
+  renderSuggestions(container, report, ctx.suggestionsPending);
   renderWarnings(container, report);
   renderRanks(container, report);
   renderResolved(container, report);
@@ -223,9 +226,13 @@ function renderFitsOn(container, report, ctx) {
   );
 }
 
-function renderSuggestions(container, report) {
+function renderSuggestions(container, report, pending = false) {
   const doc = container.ownerDocument;
   const section = part(container, "suggestions", "section", { class: "card" });
+  // A report computed without its suggestions: the previous ones stay, dimmed, until they come.
+  section.classList.toggle("pending", pending);
+  section.setAttribute("aria-busy", pending ? "true" : "false");
+  if (pending) return;
   section.hidden = !report.suggestions.length;
   const list = el(doc, "ul", { class: "suggestions" });
   report.suggestions.forEach((suggestion, index) => {

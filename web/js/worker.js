@@ -42,7 +42,7 @@ async function boot({ wheels, modules }) {
 
 const handlers = {
   boot,
-  compute: ({ setupJson }) => bridge.compute(setupJson),
+  compute: ({ setupJson, suggestions }) => bridge.compute(setupJson, suggestions),
   architecture: ({ modelJson }) => bridge.architecture(modelJson),
 };
 

@@ -32,14 +32,18 @@ def field_errors(exc: ValidationError) -> list[dict[str, str]]:
     ]
 
 
-def compute(setup_json: str) -> str:
-    """Validate a setup (JSON text) and estimate it; the answer is JSON text."""
+def compute(setup_json: str, suggestions: bool = True) -> str:
+    """Validate a setup (JSON text) and estimate it; the answer is JSON text.
+
+    Suggestions re-run the simulation for each candidate change (most of estimate's time), so
+    the page first asks without them, shows the numbers, then asks again with them.
+    """
     try:
         setup = Setup.model_validate_json(setup_json)
     except ValidationError as exc:
         return json.dumps({"ok": False, "errors": field_errors(exc)})
     try:
-        report = trainmem.estimate(setup)
+        report = trainmem.estimate(setup, suggestions=suggestions)
     except ValidationError as exc:
         return json.dumps({"ok": False, "errors": field_errors(exc)})
     except ValueError as exc:  # a setup the simulator cannot model: say why, next to the form
