@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from browser_helpers import (
     RESULT_TESTIDS,
@@ -18,7 +19,9 @@ from browser_helpers import (
     wait_engine_ready,
 )
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+SHELL_PATH = f"{Path(sys.executable).parent}:/usr/bin:/bin"  # the venv's trainmem first
+sys.path.insert(0, str(ROOT))
 from build_site import DEFAULT_SETUP  # noqa: E402
 
 
@@ -75,7 +78,6 @@ def test_changes_recompute_and_match_the_cli(page, guard, site_url, tmp_path):
 
 def test_every_setup_field_has_an_input(page, guard, site_url):
     """The form is generated from Setup's JSON Schema: each leaf field has an input-<path>."""
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "core"))
     from trainmem.setup import Setup
 
     page.goto(site_url)
@@ -170,7 +172,7 @@ def test_copied_command_and_python_reproduce_the_numbers(page, guard, site_url, 
     command = page.get_by_test_id("share-output").input_value()
     assert command.startswith("trainmem estimate --preset llama-3.1-8b")
     done = subprocess.run(f"{command} --json", shell=True, capture_output=True, text=True, cwd=tmp_path,
-                          env={"PATH": f"{__import__('pathlib').Path(sys.executable).parent}:/usr/bin:/bin"})
+                          env={"PATH": SHELL_PATH})
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     shown = dict(numbers)
@@ -204,6 +206,15 @@ def test_a_pasted_config_json_is_the_model(page, guard, site_url, tmp_path):
     setup = wait_computed(page)
     assert setup["model"] == {"hf_config": config}
     assert_page_matches_cli(page, tmp_path)
+
+    # No flag takes a config.json's contents: the command writes the setup to a file first.
+    page.get_by_test_id("share-command").click()
+    command = page.get_by_test_id("share-output").input_value()
+    assert command.startswith("echo '") and command.endswith("> setup.json && trainmem estimate setup.json")
+    done = subprocess.run(f"{command} --json", shell=True, capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": SHELL_PATH})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["peak_total_bytes"] == page_numbers(page)["peak-total"]
 
     textarea.fill('{"model_type": "llama", ')
     page.get_by_test_id("error-model.hf_config").wait_for()
