@@ -30,6 +30,9 @@ from .tape import Sym, Tape
 
 AttentionKernel = str  # "fused" (flash / memory-efficient SDPA), "eager", "math" (SDPA's math fallback)
 
+ROPE_WITH_CAT = ("phi3",)
+"""Families whose RoPE ends with ``torch.cat([rotated, passed_through], dim=-1)`` (partial rotary)."""
+
 
 @dataclass(frozen=True)
 class LayerShape:
@@ -249,11 +252,25 @@ class LayerProgram:
             tape.release(q, k)
             q, k = q_normed, k_normed
             produced = [q, k]
+        heads_first = False
         if arch.position_embedding == "rope":
             q_rot, k_rot = self._rope(q), self._rope(k)
             tape.release(*produced)
             q, k = q_rot, k_rot
-        out = self._attention_core(q, k, v)
+            if arch.model_type in ROPE_WITH_CAT:
+                # torch.cat([rotated, passed-through], dim=-1): new tensors laid out (b, heads, s, d)
+                q, k = tape.copy(q_rot), tape.copy(k_rot)
+                tape.release(q_rot, k_rot)
+                heads_first = True
+        if heads_first and self.kernels.attention == "fused":
+            # The fused kernel returns its output in q's (b, heads, s, d) layout, so o_proj's input is a
+            # contiguous copy (measured: torch 2.13 CPU, transformers 5.24 Phi-3).
+            out = self._attention_core(q, k, v)
+            merged = tape.copy(out)
+            tape.release(out)
+            out = merged
+        else:
+            out = self._attention_core(q, k, v)
         tape.release(q, k, v)
         module = "attn.c_proj" if arch.model_type == "gpt2" else "self_attn.o_proj"
         projected = self.linear(module, out, q_width, shape.hidden, arch.attention_output_bias)
@@ -288,7 +305,7 @@ class LayerProgram:
         lse_numel = shape.batch * shape.heads * shape.seq
         dropout = arch.attention_dropout
         if kernel == "fused":
-            return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d): no copy
+            return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d)
         if kernel == "math":
             return self._math_attention(q, k, v)
         groups = shape.heads // shape.kv_heads
@@ -446,10 +463,13 @@ class LayerProgram:
         return out
 
     def _moe(self, x: Sym) -> Sym:
-        """Router (fp32 softmax, top-k) and routed experts; each token visits ``experts_per_token`` experts.
+        """Router (fp32 softmax, top-k) and routed experts, as transformers 5's ``grouped_mm`` experts run.
 
-        Experts are replayed as one batched computation over ``tokens × top_k`` rows, which
-        is what the per-expert loop allocates in total under balanced routing.
+        Each token visits ``experts_per_token`` experts: the tokens are gathered in expert order
+        (``hidden_states[perm // k]``), two ``torch._grouped_mm`` calls compute every expert at once,
+        the outputs are scaled by the routing weights, put back in token order and summed over
+        the k experts. ``_grouped_mm`` is on no autocast list, so under autocast the experts run
+        in the residual stream's dtype, with no cast copies of their weights.
         """
         arch, shape, tape = self.arch, self.shape, self.tape
         h, experts = shape.hidden, shape.local_experts or arch.num_experts
@@ -459,24 +479,34 @@ class LayerProgram:
         logits32 = tape.to(logits, "fp32")
         probs = tape.unary_saving_result("softmax", logits32)
         tape.release(logits, logits32)
-        weights = tape.copy(probs, shape.stream_tokens * shape.experts_per_token)  # top-k values, renormalised
-        gathered = tape.copy(x, routed_rows * h)  # hidden_states[token_idx] for every expert
+        top = tape.gather(probs, routed_rows, routed_rows)  # topk values (backward keeps the indices)
+        tape.release(probs)
+        normalized = tape.mul(top, Sym(shape.stream_tokens, "fp32", True))  # top /= top.sum(-1, keepdim=True)
+        tape.release(top)
+        gathered = tape.gather(x, routed_rows * h, routed_rows)  # hidden_states[perm // k]
+        weights = tape.gather(normalized, routed_rows, routed_rows)  # sample_weights[perm]
+        tape.release(normalized)
         trains = self.trainability.trains("mlp.experts")
         gate_up_weight = Sym(experts * 2 * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
         down_weight = Sym(experts * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
-        gate_up = tape.linear(gathered, tape.select(gate_up_weight, 2 * shape.intermediate * h), 2 * shape.intermediate)
+        gate_up = tape.linear(gathered, gate_up_weight, 2 * shape.intermediate, in_features=h, op="grouped_mm")
         tape.release(gathered)
         gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
         activated = self._activation(gate)
         product = tape.mul(activated, up)
         tape.release(gate_up, activated)
-        down = tape.linear(product, tape.select(down_weight, shape.intermediate * h), h)
+        down = tape.linear(product, down_weight, h, in_features=shape.intermediate, op="grouped_mm")
         tape.release(product)
-        weighted = tape.mul(down, tape.copy(weights, routed_rows))
-        tape.release(down, weights, probs)
-        out = tape.new(shape.stream_tokens * h, x.dtype, True)  # index_add_ into zeros_like(x)
-        tape.record("index_add", [], [weighted], [out])
+        weighted = tape.mul(down, weights)
+        tape.release(down, weights)
+        reordered = tape.gather(weighted, weighted.numel, routed_rows)  # weighted_out[inv_perm]
         tape.release(weighted)
+        out = tape.reduce(reordered, shape.stream_tokens * h)  # .view(tokens, k, h).sum(dim=1)
+        tape.release(reordered)
+        cast = tape.to(out, x.dtype)
+        if cast is not out:
+            tape.release(out)
+        out = cast
         if shape.shared_intermediate:
             shared = self._dense_mlp("mlp.shared_expert", x, shape.shared_intermediate)
             if arch.shared_expert_gate:

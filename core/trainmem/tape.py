@@ -223,15 +223,24 @@ class Tape:
 
     # ------------------------------------------------------------------ ops
     def linear(
-        self, x: Sym, weight: Sym, out_features: int, bias: Optional[Sym] = None, saved_input: Optional[Sym] = None
+        self,
+        x: Sym,
+        weight: Sym,
+        out_features: int,
+        bias: Optional[Sym] = None,
+        saved_input: Optional[Sym] = None,
+        in_features: Optional[int] = None,
+        op: str = "linear",
     ) -> Sym:
         """``F.linear`` / ``addmm``: saves the (cast) input if the weight trains, the (cast) weight if
         x needs grad. Under autocast the weight and the bias are cast (and cached, when they train).
-        ``saved_input`` replaces the input among the saved tensors (sequence parallelism)."""
-        x_in = self.autocast_input("linear", x)
-        w_in = self.autocast_input("linear", weight)
-        b_in = self.autocast_input("linear", bias) if bias is not None else None
-        rows = x.numel // (weight.numel // out_features)
+        ``saved_input`` replaces the input among the saved tensors (sequence parallelism);
+        ``in_features`` is given when ``weight`` stands for several matrices (stacked experts);
+        ``op`` names the kernel for autocast (``grouped_mm`` is on no autocast list and runs as is)."""
+        x_in = self.autocast_input(op, x)
+        w_in = self.autocast_input(op, weight)
+        b_in = self.autocast_input(op, bias) if bias is not None else None
+        rows = x.numel // (in_features or weight.numel // out_features)
         out = self.new(
             rows * out_features,
             w_in.dtype if self.autocast is None else x_in.dtype,
@@ -320,6 +329,12 @@ class Tape:
         self.record("reduce", [], [x], [out])
         return out
 
+    def gather(self, x: Sym, out_numel: int, index_numel: int) -> Sym:
+        """``x[index]`` with an int64 index: a new tensor; backward needs (and autograd saves) the index."""
+        out = self.new(out_numel, x.dtype, x.requires_grad)
+        self.record("index", [Sym(index_numel, "int64", False)], [x], [out])
+        return out
+
     def copy(self, x: Sym, out_numel: Optional[int] = None, backward_scratch_bytes: int = 0) -> Sym:
         """A new tensor computed from ``x`` without saving anything: ``.contiguous()``, ``torch.cat``
         of slices, a gather or a repeat (``out_numel`` elements). Backward allocates x's gradient,
@@ -327,13 +342,6 @@ class Tape:
         out = self.new(x.numel if out_numel is None else out_numel, x.dtype, x.requires_grad)
         self.record("copy", [], [x], [out], backward_scratch_bytes)
         return out
-
-    def select(self, parameter: Sym, numel: int) -> Sym:
-        """``weight[index]`` of a parameter (one expert of a stacked expert weight): a view whose
-        backward (``SelectBackward``) writes into a gradient the size of the whole parameter."""
-        view = Sym(numel, parameter.dtype, parameter.requires_grad, "external", parameter.storage)
-        self.record("select", [], [parameter], [view])
-        return view
 
     def split(self, x: Sym, sizes: list[int]) -> list[Sym]:
         """``split``/``chunk``: views of ``x``; backward concatenates their gradients into one of x's size."""
@@ -363,12 +371,14 @@ class Tape:
         self.record("layer_norm", [x_in, mean, rstd], [x, weight] + ([bias] if bias else []), [out])
         return out
 
-    def fused_attention(self, q: Sym, k: Sym, v: Sym, lse_numel: int, dropout: bool) -> Sym:
+    def fused_attention(
+        self, q: Sym, k: Sym, v: Sym, lse_numel: int, dropout: bool, also_keeps: tuple[Sym, ...] = ()
+    ) -> Sym:
         """Flash / memory-efficient SDPA: saves q, k, v, output, fp32 logsumexp (and RNG state)."""
         q_in, k_in, v_in = (self.autocast_input("sdpa", t) for t in (q, k, v))
         out = self.new(q.numel, q_in.dtype, True)
         lse = Sym(lse_numel, "fp32", False)
-        self.record("sdpa_fused", [q_in, k_in, v_in, out, lse], [q_in, k_in, v_in], [out])
+        self.record("sdpa_fused", [q_in, k_in, v_in, out, lse, *also_keeps], [q_in, k_in, v_in], [out])
         self._release_casts((q_in, q), (k_in, k), (v_in, v))
         return out
 
