@@ -6,7 +6,9 @@ records the setup as replayed (explicit optimizer implementation, the attention 
 that ran). Small models (≤ 124M parameters) run for real on the CPU; large ones
 (355M to 7B) run on fake tensors, which count the same bytes without allocating them.
 
-Coverage, by design: GPT-2 and Llama families from ~12M to 6.7B parameters; micro-batch
+Coverage, by design: GPT-2 and Llama families from ~12M to 6.7B parameters, plus one
+small model of every other family trainmem reads (qwen2, mistral, phi3, gemma2, qwen3,
+mixtral, qwen2_moe) and Qwen2.5-0.5B; micro-batch
 1–8; sequence 128–4096; fp32, AMP bf16 and pure bf16; SGD, SGD with momentum, Adam,
 AdamW and Adafactor; for-loop, foreach and fused optimizer steps; no and full activation
 checkpointing; eager, fused SDPA and SDPA's math path; LoRA on attention only and on all
@@ -73,6 +75,20 @@ GPT2_ARCHITECTURE = {  # trainmem Architecture fields (learned positions, plain 
     "attention_dropout": 0.1,
     "residual_dropout": 0.1,
 }
+# Other families trainmem reads from config.json, small enough to run for real.
+FAMILY_COMMON = {"vocab_size": 32000, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 3,
+                 "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096}
+QWEN2_SMALL = {"model_type": "qwen2", **FAMILY_COMMON, "tie_word_embeddings": True}
+MISTRAL_SMALL = {"model_type": "mistral", **FAMILY_COMMON}
+PHI3_SMALL = {"model_type": "phi3", **FAMILY_COMMON, "num_key_value_heads": 8, "pad_token_id": 0,
+              "bos_token_id": 1, "eos_token_id": 2}
+GEMMA2_SMALL = {"model_type": "gemma2", **FAMILY_COMMON, "head_dim": 32, "pad_token_id": 0, "bos_token_id": 1,
+                "eos_token_id": 2}
+QWEN3_SMALL = {"model_type": "qwen3", **FAMILY_COMMON, "head_dim": 32}
+MIXTRAL_SMALL = {"model_type": "mixtral", **FAMILY_COMMON, "intermediate_size": 256, "num_local_experts": 4,
+                 "num_experts_per_tok": 2}
+QWEN2_MOE_SMALL = {"model_type": "qwen2_moe", **FAMILY_COMMON, "num_key_value_heads": 8, "moe_intermediate_size": 128,
+                   "shared_expert_intermediate_size": 256, "num_experts": 4, "num_experts_per_tok": 2}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -209,5 +225,21 @@ CASES: list[dict[str, Any]] = [
          fake=True),
     case("llama2-7b-ampbf16-adamw-ckpt-b1-s1024-fake", "llama-2-7b", batch=1, seq=1024, precision="amp-bf16",
          checkpointing="full", fake=True),
+    # ---------------------------------------------------------------- the other families (beyond GPT-2 and Llama)
+    case("qwen2-small-ampbf16-adamw-b2-s256", QWEN2_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="q/k/v biases, tied embeddings."),
+    case("mistral-small-bf16-lora-all-b2-s256", MISTRAL_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    case("phi3-small-fp32-adamw-b2-s256", PHI3_SMALL, batch=2, seq=256,
+         description="Fused qkv_proj and gate_up_proj; RoPE ends with a cat."),
+    case("gemma2-small-ampbf16-adamw-eager-b2-s256", GEMMA2_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager", description="Four norms per layer, soft-capped attention and logits, scaled embeddings."),
+    case("qwen3-small-bf16-adamw-ckpt-b2-s512", QWEN3_SMALL, batch=2, seq=512, precision="bf16-pure",
+         checkpointing="full", description="RMSNorm on every query and key head."),
+    case("mixtral-small-ampbf16-adamw-b2-s256", MIXTRAL_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="Routed experts (top-2 of 4), run as grouped matmuls."),
+    case("qwen2moe-small-fp32-adamw-b2-s256", QWEN2_MOE_SMALL, batch=2, seq=256,
+         description="Routed experts plus a gated shared expert."),
+    case("qwen25-05b-ampbf16-adamw-b2-s1024-fake", "qwen2.5-0.5b", batch=2, seq=1024, precision="amp-bf16", fake=True),
 ]
 # fmt: on

@@ -233,7 +233,9 @@ class Plan:
         first_layer = stage.index * stage.num_layers
         frozen_layers = sum(1 for i in range(first_layer, first_layer + stage.num_layers) if not self.layer_trains(i))
         for tensor in inventory.layer:
-            quantized = quantize and tensor.linear_features is not None
+            # bitsandbytes quantises the linear layers of the frozen base; stacked expert weights are
+            # counted as quantised too, as a QLoRA run on an MoE model quantises its experts.
+            quantized = quantize and (tensor.linear_features is not None or tensor.group == "experts")
             trainable_count = stage.num_layers - frozen_layers if self.tensor_trains(tensor) else 0
             numel = self._tp_numel(tensor)
             if trainable_count:
