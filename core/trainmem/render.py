@@ -110,4 +110,4 @@ def render_report(report: Report) -> str:
             lines.append(f"  • {suggestion.title} — {suggestion.detail} [{mark}]")
     for warning in report.warnings:
         lines.append(f"Note: {warning}")
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
