@@ -1,7 +1,7 @@
 """Suggestions are simulated changes: each one's number comes from a full estimate of the changed setup."""
 
 import trainmem
-from trainmem.suggest import _merge
+from trainmem.patch import merge_patch
 
 
 def test_a_setup_that_does_not_fit_gets_changes_that_lower_the_peak():
@@ -11,7 +11,7 @@ def test_a_setup_that_does_not_fit_gets_changes_that_lower_the_peak():
     assert report.suggestions
     for suggestion in report.suggestions:
         changed = trainmem.estimate(
-            _merge(report.setup.model_dump(mode="json"), suggestion.setup_patch), suggestions=False
+            merge_patch(report.setup.model_dump(mode="json"), suggestion.setup_patch), suggestions=False
         )
         assert changed.peak_total_bytes == suggestion.peak_total_bytes
         assert changed.fit.fits == suggestion.fits
@@ -37,5 +37,5 @@ def test_how_many_gpus():
     smaller = {"parallelism": {"num_gpus": count // 2, "strategy": "zero", "zero_stage": 3}}
     assert (
         count // 2 <= 1
-        or not trainmem.estimate(_merge(report.setup.model_dump(mode="json"), smaller), suggestions=False).fit.fits
+        or not trainmem.estimate(merge_patch(report.setup.model_dump(mode="json"), smaller), suggestions=False).fit.fits
     )

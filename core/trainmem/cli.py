@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from .catalogs import gpus, optimizers, presets
 from .errors import one_line
+from .patch import merge_patch
 from .render import render_report
 
 
@@ -78,16 +79,6 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--gpu-memory-gib", type=float, help="a custom GPU with this much memory")
     hw.add_argument("--headroom", type=float, dest="headroom_fraction", help="fraction to keep free (default 0.10)")
     hw.add_argument("--device", choices=["cuda", "cpu"], help="cpu replays a CPU measurement")
-
-
-def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
@@ -165,7 +156,7 @@ def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
             if args.lora_targets == "all-linear"
             else [t.strip() for t in args.lora_targets.split(",") if t.strip()]
         )
-        finetuning = _merge(finetuning, {"lora": {"target_modules": targets}})
+        finetuning = merge_patch(finetuning, {"lora": {"target_modules": targets}})
     if finetuning:
         patch["finetuning"] = finetuning
     if args.gpu is not None and args.gpu_memory_gib is not None:
@@ -176,7 +167,7 @@ def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
         patch["gpu"] = {"memory_gib": args.gpu_memory_gib}
     if args.device is not None:
         patch["runtime"] = {"device": args.device}
-    return _merge(setup, patch)
+    return merge_patch(setup, patch)
 
 
 class _InputError(Exception):

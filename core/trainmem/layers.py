@@ -117,8 +117,9 @@ class LayerProgram:
             return self._gemma_rmsnorm(module, x, rows, width)
         return self._llama_rmsnorm(module, x, rows, width)
 
-    def _llama_rmsnorm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
-        """LlamaRMSNorm.forward: the fp32 copy and the normalised input are saved for backward."""
+    def _normalize_in_fp32(self, x: Sym, rows: int) -> Sym:
+        """``x32 = x.float(); x32 * rsqrt(x32.pow(2).mean(-1) + eps)``: pow saves x32, rsqrt its result,
+        the product both."""
         tape = self.tape
         x32 = tape.to(x, "fp32")
         squared = tape.unary_saving_input("pow", x32)
@@ -132,6 +133,12 @@ class LayerProgram:
         tape.release(inverse)
         if x32 is not x:
             tape.release(x32)
+        return normalized
+
+    def _llama_rmsnorm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
+        """LlamaRMSNorm.forward: ``weight * normalized.to(input_dtype)``."""
+        tape = self.tape
+        normalized = self._normalize_in_fp32(x, rows)
         cast = tape.to(normalized, x.dtype)
         if cast is not normalized:
             tape.release(normalized)
@@ -140,20 +147,9 @@ class LayerProgram:
         return out
 
     def _gemma_rmsnorm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
-        """Gemma2RMSNorm.forward: ``(norm(x.float()) * (1 + weight.float())).type_as(x)``."""
+        """Gemma2RMSNorm.forward: ``(normalized * (1 + weight.float())).type_as(x)``."""
         tape = self.tape
-        x32 = tape.to(x, "fp32")
-        squared = tape.unary_saving_input("pow", x32)
-        variance = tape.reduce(squared, rows)
-        tape.release(squared)
-        shifted = tape.scale(variance)
-        tape.release(variance)
-        inverse = tape.unary_saving_result("rsqrt", shifted)
-        tape.release(shifted)
-        normalized = tape.mul(x32, inverse)
-        tape.release(inverse)
-        if x32 is not x:
-            tape.release(x32)
+        normalized = self._normalize_in_fp32(x, rows)
         weight = tape.to(self.parameter(module, width), "fp32")
         one_plus = tape.scale(weight)
         scaled = tape.mul(normalized, one_plus)

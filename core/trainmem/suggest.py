@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .catalogs import gpus
+from .patch import merge_patch
 from .report import Report, Suggestion
 from .setup import Setup
 from .units import format_bytes
@@ -17,21 +18,11 @@ from .units import format_bytes
 MAX_MICRO_BATCH = 4096
 
 
-def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def _try(setup_json: dict[str, Any], patch: dict[str, Any]) -> Optional[Report]:
     from .estimate import estimate
 
     try:
-        return estimate(Setup.model_validate(_merge(setup_json, patch)), suggestions=False)
+        return estimate(Setup.model_validate(merge_patch(setup_json, patch)), suggestions=False)
     except ValueError:
         return None  # the change is not valid for this setup (e.g. ZeRO-3 on one GPU)
 
@@ -207,16 +198,16 @@ def _combine(setup_json: dict[str, Any]) -> Optional[Suggestion]:
     titles: list[str] = []
     best: Optional[Report] = None
     while len(titles) < MAX_COMBINED_CHANGES:
-        current = Setup.model_validate(_merge(setup_json, patch))
+        current = Setup.model_validate(merge_patch(setup_json, patch))
         trials = []
         for title, _, candidate in _candidates(current):
-            trial = _try(setup_json, _merge(patch, candidate))
+            trial = _try(setup_json, merge_patch(patch, candidate))
             if trial is not None and (best is None or trial.peak_total_bytes < best.peak_total_bytes):
                 trials.append((title, candidate, trial))
         if not trials:
             break
         title, candidate, best = min(trials, key=lambda item: item[2].peak_total_bytes)
-        patch = _merge(patch, candidate)
+        patch = merge_patch(patch, candidate)
         titles.append(title)
         if best.fit.fits:
             break
