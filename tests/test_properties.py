@@ -91,6 +91,16 @@ def test_peak_never_decreases_with_micro_batch(setup, extra):
 
 @SETTINGS
 @given(base_setups)
+@example(  # the replay's peak moment moves later in the layer as the sequence grows: compose it exactly
+    {
+        "model": "mixtral-8x7b",
+        "micro_batch_size": 3,
+        "sequence_length": 64,
+        "precision": "amp-bf16",
+        "optimizer": "adafactor",
+        "parallelism": {"num_gpus": 8, "zero_stage": 2},
+    }
+)
 def test_peak_never_decreases_with_sequence_length(setup):
     assume(valid(setup))
     longer = {**setup, "sequence_length": setup["sequence_length"] * 2}

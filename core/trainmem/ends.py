@@ -31,6 +31,10 @@ class EndTrace:
     backward_peak_bytes: int
     backward_peak_grad_bytes: int
     """Parameter gradients among backward_peak_bytes (they may not all exist yet at the peak)."""
+    backward_peak_saved_activation_bytes: int
+    """Saved activations still alive at the backward peak (some may be released by then)."""
+    backward_peak_saved_weight_copy_bytes: int
+    backward_peak_activation_grad_bytes: int
     parameter_grad_bytes: int
     input_grad_bytes: int
 
@@ -79,6 +83,9 @@ def trace_embedding(
         output_bytes=tape.live_bytes() - tape.saved_bytes(("activation",)),
         backward_peak_bytes=replay.peak_bytes,
         backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
+        backward_peak_saved_activation_bytes=replay.peak_saved_activation_bytes,
+        backward_peak_saved_weight_copy_bytes=replay.peak_saved_weight_copy_bytes,
+        backward_peak_activation_grad_bytes=replay.peak_activation_grad_bytes,
         parameter_grad_bytes=replay.parameter_grad_bytes,
         input_grad_bytes=0,
     )
@@ -168,6 +175,9 @@ def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool) -> EndTrace:
         output_bytes=loss.nbytes,
         backward_peak_bytes=replay.peak_bytes,
         backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
+        backward_peak_saved_activation_bytes=replay.peak_saved_activation_bytes,
+        backward_peak_saved_weight_copy_bytes=replay.peak_saved_weight_copy_bytes,
+        backward_peak_activation_grad_bytes=replay.peak_activation_grad_bytes,
         parameter_grad_bytes=replay.parameter_grad_bytes,
         input_grad_bytes=replay.input_grad_bytes,
     )

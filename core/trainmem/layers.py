@@ -591,6 +591,10 @@ class LayerTrace:
     and the new parameter gradients."""
     backward_peak_grad_bytes: int
     """Parameter gradients among backward_peak_bytes (they may not all exist yet at the peak)."""
+    backward_peak_saved_activation_bytes: int
+    """Saved activations still alive at the backward peak (some may be released by then)."""
+    backward_peak_saved_weight_copy_bytes: int
+    backward_peak_activation_grad_bytes: int
     parameter_grad_bytes: int
     """Parameter gradients this layer's backward leaves in ``.grad``."""
     input_grad_bytes: int
@@ -630,6 +634,9 @@ def trace_layer(
         output_bytes=out.nbytes,
         backward_peak_bytes=replay.peak_bytes,
         backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
+        backward_peak_saved_activation_bytes=replay.peak_saved_activation_bytes,
+        backward_peak_saved_weight_copy_bytes=replay.peak_saved_weight_copy_bytes,
+        backward_peak_activation_grad_bytes=replay.peak_activation_grad_bytes,
         parameter_grad_bytes=replay.parameter_grad_bytes,
         input_grad_bytes=replay.input_grad_bytes,
         input_saved=input_saved,

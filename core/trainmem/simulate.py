@@ -420,7 +420,7 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
             states.gradients,
             "DDP copies gradients into flat all-reduce buckets (gradient_as_bucket_view=False)",
         )
-    if parallel.strategy == "zero" and parallel.zero_stage in (1, 2) and plan.data_parallel_size > 1:
+    if parallel.strategy == "zero" and parallel.zero_stage >= 1 and plan.data_parallel_size > 1:
         bucket = min(ZERO_REDUCE_BUCKET_ELEMENTS, states.trainable_numel) * DTYPE_BYTES[plan.precision.gradient_dtype]
         account.set(
             "overhead", "ZeRO reduce bucket", bucket, "DeepSpeed contiguous gradient bucket (reduce_bucket_size 5e8)"
@@ -470,6 +470,39 @@ def _gathered_weights(plan: Plan, states: ModelStates) -> tuple[int, str]:
         return 2 * layer, "this layer and the prefetched next one (FSDP limit_all_gathers)"
     prefetch = min(layer, ZERO3_PREFETCH_ELEMENTS * DTYPE_BYTES[plan.precision.compute_weight_dtype])
     return layer + prefetch, "this layer and the prefetch bucket (stage3_prefetch_bucket_size 5e7)"
+
+
+def _backward_moment(
+    trace, saved: int, copies: int, stream: int, grads_exist: bool, recompute: bool, saved_name: str, copies_name: str
+) -> dict:
+    """The high-water mark of one layer's (or the embedding's) backward, as changes to the parts.
+
+    ``trace``'s replay says what its peak is made of: saved tensors not yet released,
+    activation gradients (the incoming one included), parameter gradients. The account holds
+    the layer's ``saved`` activations and ``copies`` of weights and one ``stream``-sized
+    incoming gradient; the moment releases what is gone and adds what is new. Under
+    recomputation the account holds only the layer's input, and the forward runs again first.
+    """
+    activation_grads = trace.backward_peak_activation_grad_bytes
+    parameter_grads = trace.backward_peak_grad_bytes
+    changes = {
+        ("activations", "activation gradient"): min(0, activation_grads - stream),
+        ("activations", "backward working memory"): max(0, activation_grads - stream)
+        + (parameter_grads if grads_exist else 0),
+        ("gradients", "gradients"): 0 if grads_exist else parameter_grads,
+    }
+    if not recompute:
+        changes[("activations", saved_name)] = trace.backward_peak_saved_activation_bytes - saved
+        changes[("parameters", copies_name)] = trace.backward_peak_saved_weight_copy_bytes - copies
+        return changes
+    recomputed = trace.backward_peak_saved_activation_bytes - (saved if trace.input_saved else 0)
+    backward_total = recomputed + trace.backward_peak_saved_weight_copy_bytes + activation_grads + parameter_grads
+    forward_total = trace.forward_peak_bytes + stream  # the recomputation, with the incoming gradient alive
+    if forward_total > backward_total:
+        return {("activations", "backward working memory"): trace.forward_peak_bytes}
+    changes[("activations", "backward working memory")] += recomputed
+    changes[("parameters", copies_name)] = trace.backward_peak_saved_weight_copy_bytes
+    return changes
 
 
 def _gathered_vocabulary_weights(plan: Plan) -> int:
@@ -593,17 +626,18 @@ def _micro_batch(
             "the final norm's tensors and the fp32 log-softmax of the logits",
         )
         account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
-        new_grads = 0 if grads_exist else head.backward_peak_grad_bytes
+        grads_now = head.backward_peak_grad_bytes
         account.record(
             "loss backward" + suffix,
             "backward",
             micro_batch,
             {
-                ("activations", "logits and loss temporaries"): head.backward_peak_bytes
-                - head.saved_activation_bytes
-                - head.saved_weight_copy_bytes
-                - new_grads,
-                ("gradients", "gradients"): new_grads,
+                ("activations", "saved by the loss head"): head.backward_peak_saved_activation_bytes
+                - head.saved_activation_bytes,
+                ("parameters", copies_name): head.backward_peak_saved_weight_copy_bytes - head.saved_weight_copy_bytes,
+                ("activations", "logits and loss temporaries"): head.backward_peak_activation_grad_bytes
+                + (grads_now if grads_exist else 0),
+                ("gradients", "gradients"): 0 if grads_exist else grads_now,
                 ("parameters", "gathered weights"): ends_gathered,
             },
         )
@@ -639,23 +673,12 @@ def _micro_batch(
             else []
         )
         saved, copies = kept_by(trace)
-        new_grads = 0 if grads_exist else trace.backward_peak_grad_bytes
-        if recompute:  # the layer's forward runs again, then its backward: its saved tensors exist again
-            peak = max(trace.forward_peak_bytes, trace.backward_peak_bytes - stream)
-            working = peak - saved - new_grads
-        else:
-            working = trace.backward_peak_bytes - saved - copies - stream - new_grads
-        reduce_scratch = trace.parameter_grad_bytes if plan.sharding.gradients > 1 else 0
         stored = 0 if grads_exist else _stored(plan, states.gradients_per_layer, trace.parameter_grad_bytes)
         account.record_series(
             labels,
             "backward",
             micro_batch,
-            {
-                ("activations", "backward working memory"): working,
-                ("gradients", "gradients"): new_grads,
-                ("overhead", "reduce-scatter buffer"): reduce_scratch,
-            },
+            _backward_moment(trace, saved, copies, stream, grads_exist, recompute, saved_name, copies_name),
             {
                 ("activations", saved_name): -saved,
                 ("parameters", copies_name): -copies,
@@ -666,19 +689,14 @@ def _micro_batch(
         account.set("parameters", "gathered weights", 0)
 
     if embedding is not None:
-        new_grads = 0 if grads_exist else embedding.backward_peak_grad_bytes
+        moment = _backward_moment(
+            embedding, embedding.saved_activation_bytes, 0, stream, grads_exist, False, saved_name, copies_name
+        )
         account.record(
             "embedding backward" + suffix,
             "backward",
             micro_batch,
-            {
-                ("activations", "backward working memory"): embedding.backward_peak_bytes
-                - embedding.saved_activation_bytes
-                - stream
-                - new_grads,
-                ("gradients", "gradients"): new_grads,
-                ("parameters", "gathered weights"): ends_gathered,
-            },
+            {**moment, ("parameters", "gathered weights"): ends_gathered},
         )
         pending = account.get("activations", "pending tied-embedding gradient")
         if pending:

@@ -402,11 +402,18 @@ class BackwardReplay:
     """The result of replaying a tape's backward pass.
 
     Bytes are relative to the moment backward reaches this tape: the tape's saved tensors
-    are counted (they are still alive then), what was alive outside it is not.
+    are counted (they are still alive then), what was alive outside it is not. The peak is
+    also given by what it is made of, since saved tensors may already be released by then.
     """
 
     peak_bytes: int
     """Highest live bytes: saved tensors not yet released, activation gradients, parameter gradients."""
+    peak_saved_activation_bytes: int
+    """Saved activations still alive at the peak."""
+    peak_saved_weight_copy_bytes: int
+    """Saved weight copies (autocast, fp8) still alive at the peak."""
+    peak_activation_grad_bytes: int
+    """Activation gradients (and scratch) alive at the peak."""
     peak_parameter_grad_bytes: int
     """The parameter gradients (new or being accumulated) among ``peak_bytes``."""
     parameter_grad_bytes: int
@@ -427,15 +434,17 @@ class BackwardReplay:
                 if tensor.tag not in NOT_NEW_MEMORY:
                     pending_saves[tensor.storage] = pending_saves.get(tensor.storage, 0) + 1
         saved_live = dict(tape.saved_storages)
-        saved_bytes = sum(t.storage_nbytes for t in saved_live.values())
+        saved = {"activation": 0, "weight_copy": 0}
+        for tensor in saved_live.values():
+            saved[tensor.tag] += tensor.storage_nbytes
         grads: dict[int, int] = {}  # uid of a tensor -> bytes of its gradient
         for grad in output_grads:
             grads[grad.uid] = grads.get(grad.uid, 0) + rounded(grad.nbytes, tape.device)
         grad_bytes = sum(grads.values())
         param_grad_bytes = 0
         seen_params: set[int] = set()
-        peak = saved_bytes + grad_bytes
-        peak_param_bytes = 0
+        peak = saved["activation"] + saved["weight_copy"] + grad_bytes
+        at_peak = (saved["activation"], saved["weight_copy"], grad_bytes, 0)
         for node in reversed(tape.nodes):
             if not any(out.uid in grads for out in node.outputs):
                 continue  # no gradient reaches this node: the engine never runs it
@@ -456,10 +465,12 @@ class BackwardReplay:
                     grads[tensor.uid] = size
                     grad_bytes += size
             param_grad_bytes += new_param_grads
-            total = saved_bytes + grad_bytes + new_activation_grads + param_grad_bytes + transient_param_grads
+            activation_grads = grad_bytes + new_activation_grads
+            parameter_grads = param_grad_bytes + transient_param_grads
+            total = saved["activation"] + saved["weight_copy"] + activation_grads + parameter_grads
             if total > peak:
                 peak = total
-                peak_param_bytes = param_grad_bytes + transient_param_grads
+                at_peak = (saved["activation"], saved["weight_copy"], activation_grads, parameter_grads)
             for out in node.outputs:
                 grad_bytes -= grads.pop(out.uid, 0)
             for tensor in node.saved:
@@ -467,10 +478,14 @@ class BackwardReplay:
                     continue
                 pending_saves[tensor.storage] -= 1
                 if pending_saves[tensor.storage] == 0 and tensor.storage in saved_live:
-                    saved_bytes -= saved_live.pop(tensor.storage).storage_nbytes
+                    released = saved_live.pop(tensor.storage)
+                    saved[released.tag] -= released.storage_nbytes
         return cls(
             peak_bytes=peak,
-            peak_parameter_grad_bytes=peak_param_bytes,
+            peak_saved_activation_bytes=at_peak[0],
+            peak_saved_weight_copy_bytes=at_peak[1],
+            peak_activation_grad_bytes=at_peak[2],
+            peak_parameter_grad_bytes=at_peak[3],
             parameter_grad_bytes=param_grad_bytes,
             input_grad_bytes=grad_bytes,
         )

@@ -57,25 +57,38 @@ class MemoryAccount:
     def get(self, category: Category, name: str) -> int:
         return self.parts.get((category, name), 0)
 
+    def _effective(
+        self, transient: Optional[dict[PartKey, int]], steps: int = 0, delta: Optional[dict[PartKey, int]] = None
+    ) -> dict[PartKey, int]:
+        """The transient changes as they apply: a negative one (memory released during the event)
+        takes at most what the part holds (after ``steps`` × ``delta``)."""
+        effective = {}
+        for key, nbytes in (transient or {}).items():
+            if nbytes < 0:
+                held = self.parts.get(key, 0) + steps * (delta or {}).get(key, 0)
+                nbytes = -min(-nbytes, held)
+            if nbytes:
+                effective[key] = nbytes
+        return effective
+
     def record(
         self, label: str, phase: Phase, micro_batch: int, transient: Optional[dict[PartKey, int]] = None
     ) -> None:
-        """Sample the current state plus ``transient`` bytes that exist only during this event."""
+        """Sample the current state plus ``transient`` bytes that exist only during this event
+        (negative for memory released before the event's high-water mark)."""
+        changes = self._effective(transient)
         totals = list(self.totals)
-        if transient:
-            for (category, _), nbytes in transient.items():
-                if nbytes > 0:
-                    totals[_CATEGORY_INDEX[category]] += nbytes
+        for (category, _), nbytes in changes.items():
+            totals[_CATEGORY_INDEX[category]] += nbytes
         total = sum(totals)
         self.points.append(Point(label, phase, micro_batch, tuple(totals)))  # type: ignore[arg-type]
         if total > self.peak_total:
             self.peak_total = total
             self.peak_index = len(self.points) - 1
             parts = dict(self.parts)
-            for key, nbytes in (transient or {}).items():
-                if nbytes > 0:
-                    parts[key] = parts.get(key, 0) + nbytes
-            self.peak_parts = parts
+            for key, nbytes in changes.items():
+                parts[key] = parts.get(key, 0) + nbytes
+            self.peak_parts = {key: value for key, value in parts.items() if value}
 
     def record_series(
         self,
@@ -98,10 +111,11 @@ class MemoryAccount:
         step = [0, 0, 0, 0, 0]
         for (category, _), nbytes in delta.items():
             step[_CATEGORY_INDEX[category]] += nbytes
+        # Negative transients release part of what the run's own events hold: clamp on the first event.
+        changes = self._effective(transient)
         base = list(self.totals)
-        for (category, _), nbytes in transient.items():
-            if nbytes > 0:
-                base[_CATEGORY_INDEX[category]] += nbytes
+        for (category, _), nbytes in changes.items():
+            base[_CATEGORY_INDEX[category]] += nbytes
         first_index = len(self.points)
         base_total, step_total = sum(base), sum(step)
         b0, b1, b2, b3, b4 = base
@@ -122,9 +136,8 @@ class MemoryAccount:
             parts = dict(self.parts)
             for key, nbytes in delta.items():
                 parts[key] = parts.get(key, 0) + best_k * nbytes
-            for key, nbytes in transient.items():
-                if nbytes > 0:
-                    parts[key] = parts.get(key, 0) + nbytes
+            for key, nbytes in changes.items():
+                parts[key] = parts.get(key, 0) + nbytes
             self.peak_parts = {key: value for key, value in parts.items() if value}
         for (category, name), nbytes in delta.items():
             self.add(category, name, count * nbytes)
