@@ -294,6 +294,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     if parallel.offload_optimizer:
         offloaded = states + master
         states, master = 0, 0
+        if parallel.strategy == "zero" and parallel.zero_stage == 3:
+            offloaded += trainable_numel * grad_bytes // sharding.gradients  # the gradient partitions too
         temporaries = replace(temporaries, bytes=0, description="the optimizer steps on the CPU")
     if parallel.offload_parameters:
         offloaded += weights
@@ -411,8 +413,9 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     account.set("parameters", "buffers", _buffer_bytes(plan), "RoPE inv_freq and original_inv_freq")
     account.set("optimizer_states", "master weights", states.master_weights, "fp32 copy of the trainable weights")
     account.set("optimizer_states", "optimizer states", states.optimizer_states, states.optimizer_detail)
-    if plan.precision.recipe == "bf16-master-weights-fp32-grads":
-        account.set("gradients", "gradients", states.gradients, "fp32 gradient buffer (Megatron main_grad)")
+    resident = _resident_gradient_buffer(plan)
+    if resident:
+        account.set("gradients", "gradients", states.gradients, resident)
     if parallel.strategy == "ddp" and plan.data_parallel_size > 1:
         account.set(
             "overhead",
@@ -747,10 +750,25 @@ def _rotary_bytes(plan: Plan) -> int:
     return 2 * rounded(seq * arch.resolved_head_dim * DTYPE_BYTES[plan.precision.stream_dtype], plan.device)
 
 
+def _resident_gradient_buffer(plan: Plan) -> str:
+    """Why gradients live in a buffer allocated once for the run (never freed by zero_grad), or "".
+
+    Megatron-LM accumulates into an fp32 ``main_grad`` buffer; DeepSpeed ZeRO-3 allocates its
+    flat gradient-partition buffer (``grad_partitions_flat_buffer``) at start-up, on the GPU
+    unless the optimizer is offloaded.
+    """
+    if plan.precision.recipe == "bf16-master-weights-fp32-grads":
+        return "fp32 gradient buffer (Megatron main_grad)"
+    parallel = plan.parallel
+    if parallel.strategy == "zero" and parallel.zero_stage == 3 and not parallel.offload_optimizer:
+        return "ZeRO-3 flat gradient-partition buffer, allocated at start-up"
+    return ""
+
+
 def _stored(plan: Plan, stored: int, produced: int) -> int:
     """Gradient bytes left after a layer: the stored (sharded, cast) form, or what backward produced."""
-    if plan.precision.recipe == "bf16-master-weights-fp32-grads":
-        return 0  # accumulated into the resident fp32 buffer
+    if _resident_gradient_buffer(plan):
+        return 0  # accumulated into the resident buffer
     if plan.sharding.gradients > 1 or plan.lora:
         return stored
     return produced
@@ -764,7 +782,7 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
         extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
     account.details[("overhead", "optimizer step temporaries")] = states.step_detail
     account.record("optimizer step", "optimizer", 1, extra)
-    if plan.precision.recipe != "bf16-master-weights-fp32-grads":
+    if not _resident_gradient_buffer(plan):
         account.set("gradients", "gradients", 0)
     account.record("zero_grad", "zero_grad", 1)
 
