@@ -48,6 +48,46 @@ ROW_PARALLEL = ("o_proj", "c_proj", "down_proj", "fc2")
 """Linear layers whose input features tensor parallelism splits (RowParallelLinear)."""
 
 
+MODULE_PATHS = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "post_feedforward_layernorm",
+    "ln_1",
+    "ln_2",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.qkv_proj",
+    "self_attn.o_proj",
+    "self_attn.q_norm",
+    "self_attn.k_norm",
+    "attn.c_attn",
+    "attn.c_proj",
+    "mlp.c_fc",
+    "mlp.c_proj",
+    "mlp.fc1",
+    "mlp.fc2",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.gate_up_proj",
+    "mlp.down_proj",
+    "mlp.gate",
+    "mlp.experts",
+    "mlp.shared_expert.gate_proj",
+    "mlp.shared_expert.up_proj",
+    "mlp.shared_expert.down_proj",
+    "mlp.shared_expert_gate",
+    "norm",
+    "ln_f",
+    "embed_tokens",
+    "wte",
+    "wpe",
+    "lm_head",
+)
+"""Every module path the layer and head programs ask about (for a hashable summary of trainability)."""
+
+
 @dataclass(frozen=True)
 class Slice:
     """One parameter tensor as it sits on a rank: ``count`` copies of ``numel`` elements each."""
@@ -166,6 +206,11 @@ class Plan:
         return module in self._adapted_modules
 
     @cached_property
+    def trainability_key(self) -> tuple:
+        """Which module paths train or carry adapters: a hashable key for caching layer traces."""
+        return tuple((self.module_trains(m), self.has_adapter(m)) for m in MODULE_PATHS)
+
+    @cached_property
     def _frozen_groups(self) -> tuple[set[str], set[int]]:
         groups: set[str] = set()
         layers: set[int] = set()
@@ -188,6 +233,16 @@ class Plan:
 
     def module_trains(self, module: str) -> bool:
         """Whether the weights of a module (by path, as the layer programs name them) train."""
+        known = self._module_trains.get(module)
+        if known is None:
+            known = self._module_trains[module] = self._decide_module_trains(module)
+        return known
+
+    @cached_property
+    def _module_trains(self) -> dict[str, bool]:
+        return {}
+
+    def _decide_module_trains(self, module: str) -> bool:
         if self.lora or self.inventory is None:
             return False
         groups, _ = self._frozen_groups
@@ -231,7 +286,8 @@ class Plan:
             for tensor in inventory.embedding:
                 out.append(Slice(tensor, self._tp_numel(tensor), 1, self.tensor_trains(tensor), False, False))
         first_layer = stage.index * stage.num_layers
-        frozen_layers = sum(1 for i in range(first_layer, first_layer + stage.num_layers) if not self.layer_trains(i))
+        frozen = self._frozen_groups[1]
+        frozen_layers = sum(1 for i in frozen if first_layer <= i < first_layer + stage.num_layers)
         for tensor in inventory.layer:
             # bitsandbytes quantises the linear layers of the frozen base; stacked expert weights are
             # counted as quantised too, as a QLoRA run on an MoE model quantises its experts.

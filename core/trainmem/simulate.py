@@ -135,7 +135,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     shape = _shape(plan)
     kernels = _kernels(plan, selective=checkpointing == "selective")
     trainability = Trainability(plan.module_trains, plan.has_adapter)
-    key = (arch, shape, kernels, _trainability_key(trainability), grads_exist)
+    key = (arch, shape, kernels, plan.trainability_key, grads_exist)
     embedding_trains = plan.module_trains("wte" if arch.model_type == "gpt2" else "embed_tokens")
     layer = _cached(("layer", key, True), lambda: trace_layer(arch, shape, kernels, trainability, True, grads_exist))
     # HF gradient checkpointing with a frozen embedding calls enable_input_require_grads().
@@ -188,50 +188,6 @@ def _cached(key: tuple, compute):
             _TRACE_CACHE.clear()
         found = _TRACE_CACHE[key] = compute()
     return found
-
-
-def _trainability_key(trainability: Trainability) -> tuple:
-    """A hashable summary of which of a layer's modules train or carry adapters."""
-    return tuple((trainability.trains(m), trainability.has_adapter(m)) for m in _LAYER_MODULES)
-
-
-_LAYER_MODULES = (
-    "input_layernorm",
-    "post_attention_layernorm",
-    "pre_feedforward_layernorm",
-    "post_feedforward_layernorm",
-    "ln_1",
-    "ln_2",
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.qkv_proj",
-    "self_attn.o_proj",
-    "self_attn.q_norm",
-    "self_attn.k_norm",
-    "attn.c_attn",
-    "attn.c_proj",
-    "mlp.c_fc",
-    "mlp.c_proj",
-    "mlp.fc1",
-    "mlp.fc2",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.gate_up_proj",
-    "mlp.down_proj",
-    "mlp.gate",
-    "mlp.experts",
-    "mlp.shared_expert.gate_proj",
-    "mlp.shared_expert.up_proj",
-    "mlp.shared_expert.down_proj",
-    "mlp.shared_expert_gate",
-    "norm",
-    "ln_f",
-    "embed_tokens",
-    "wte",
-    "wpe",
-    "lm_head",
-)
 
 
 # ---------------------------------------------------------------------------- model states

@@ -30,7 +30,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from .allocator import rounded
+from .allocator import granularity, rounded
 
 NOT_NEW_MEMORY = ("parameter", "external")
 """Tags of tensors that a tape reads but does not allocate: model weights, tensors shared across layers."""
@@ -438,6 +438,7 @@ class BackwardReplay:
         for tensor in saved_live.values():
             saved[tensor.tag] += tensor.storage_nbytes
         grads: dict[int, int] = {}  # uid of a tensor -> bytes of its gradient
+        step = granularity(tape.device)
         for grad in output_grads:
             grads[grad.uid] = grads.get(grad.uid, 0) + rounded(grad.nbytes, tape.device)
         grad_bytes = sum(grads.values())
@@ -452,7 +453,7 @@ class BackwardReplay:
             new_param_grads = 0
             transient_param_grads = 0
             for tensor in node.grad_inputs:
-                size = rounded(tensor.numel * DTYPE_BYTES[tensor.dtype], tape.device)
+                size = -(-tensor.numel * DTYPE_BYTES[tensor.dtype] // step) * step
                 if tensor.tag == "parameter":
                     if tensor.uid in seen_params or parameter_grads_exist:
                         transient_param_grads += size  # computed, added into the existing .grad, freed

@@ -9,15 +9,14 @@ breakdown the report shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .report import CATEGORIES, Category, Phase
 
 PartKey = tuple[Category, str]
 
 
-@dataclass
-class Point:
+class Point(NamedTuple):
     label: str
     phase: Phase
     micro_batch: int
@@ -121,8 +120,10 @@ class MemoryAccount:
         b0, b1, b2, b3, b4 = base
         s0, s1, s2, s3, s4 = step
         self.points.extend(
-            Point(label, phase, micro_batch, (b0 + k * s0, b1 + k * s1, b2 + k * s2, b3 + k * s3, b4 + k * s4))
-            for k, label in enumerate(labels)
+            [
+                Point(label, phase, micro_batch, (b0 + k * s0, b1 + k * s1, b2 + k * s2, b3 + k * s3, b4 + k * s4))
+                for k, label in enumerate(labels)
+            ]
         )
         # The total is linear in k, so the highest point of the run is its first or its last.
         best_k, best_total = -1, self.peak_total
