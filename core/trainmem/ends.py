@@ -10,33 +10,9 @@ fused linear cross-entropy) runs the same ops on 1/chunks of the tokens at a tim
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .architecture import Architecture
-from .layers import LayerKernels, LayerProgram, LayerShape, Trainability
+from .layers import LayerKernels, LayerProgram, LayerShape, Trace, Trainability, replay
 from .tape import Sym, Tape
-
-
-@dataclass(frozen=True)
-class EndTrace:
-    """What the embedding or the loss head costs, like :class:`~trainmem.layers.LayerTrace`."""
-
-    saved_activation_bytes: int
-    saved_weight_copy_bytes: int
-    cached_weight_copy_bytes: int
-    cache_only_weight_copy_bytes: int
-    forward_peak_bytes: int
-    """Transient peak during the forward, above what was alive before (output and saved included)."""
-    output_bytes: int
-    backward_peak_bytes: int
-    backward_peak_grad_bytes: int
-    """Parameter gradients among backward_peak_bytes (they may not all exist yet at the peak)."""
-    backward_peak_saved_activation_bytes: int
-    """Saved activations still alive at the backward peak (some may be released by then)."""
-    backward_peak_saved_weight_copy_bytes: int
-    backward_peak_activation_grad_bytes: int
-    parameter_grad_bytes: int
-    input_grad_bytes: int
 
 
 def trace_embedding(
@@ -46,7 +22,7 @@ def trace_embedding(
     trainability: Trainability,
     parameter_grads_exist: bool = False,
     token_grad_exists: bool = False,
-) -> EndTrace:
+) -> Trace:
     """``embed_tokens(input_ids)`` (+ GPT-2's learned positions and dropout, Gemma's sqrt(h) scaling).
 
     The embedding output stays referenced by the model's forward (``inputs_embeds``) until the
@@ -73,22 +49,8 @@ def trace_embedding(
     dropped = tape.dropout(out, arch.embedding_dropout)
     if dropped is not out and arch.position_embedding == "learned":
         tape.release(out)  # the sum is not saved by dropout
-    replay = tape.backward([dropped], parameter_grads_exist)
-    return EndTrace(
-        saved_activation_bytes=tape.saved_bytes(("activation",)),
-        saved_weight_copy_bytes=0,
-        cached_weight_copy_bytes=0,
-        cache_only_weight_copy_bytes=0,
-        forward_peak_bytes=tape.peak_live_bytes,
-        output_bytes=tape.live_bytes() - tape.saved_bytes(("activation",)),
-        backward_peak_bytes=replay.peak_bytes,
-        backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
-        backward_peak_saved_activation_bytes=replay.peak_saved_activation_bytes,
-        backward_peak_saved_weight_copy_bytes=replay.peak_saved_weight_copy_bytes,
-        backward_peak_activation_grad_bytes=replay.peak_activation_grad_bytes,
-        parameter_grad_bytes=replay.parameter_grad_bytes,
-        input_grad_bytes=0,
-    )
+    saved = tape.saved_bytes(("activation",))
+    return replay(tape, [dropped], tape.peak_live_bytes, tape.live_bytes() - saved, False, parameter_grads_exist)
 
 
 def trace_loss_head(
@@ -98,7 +60,7 @@ def trace_loss_head(
     trainability: Trainability,
     vocab_per_rank: int,
     parameter_grads_exist: bool = False,
-) -> EndTrace:
+) -> Trace:
     """Final norm, ``lm_head``, optional logit soft-capping, ``logits.float()`` and cross-entropy."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     program = LayerProgram(arch, shape, kernels, trainability, tape)
@@ -129,7 +91,7 @@ def trace_chunked_loss_head(
     vocab_per_rank: int,
     chunks: int,
     parameter_grads_exist: bool = False,
-) -> EndTrace:
+) -> Trace:
     """A fused linear cross-entropy (Liger ``LigerFusedLinearCrossEntropyLoss``).
 
     The forward walks the tokens in ``chunks`` pieces: for each, it computes the logits, their
@@ -163,21 +125,5 @@ def _head_trains(arch: Architecture, trainability: Trainability) -> bool:
     return trainability.trains("embed_tokens" if arch.tie_word_embeddings else "lm_head")
 
 
-def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool) -> EndTrace:
-    replay = tape.backward([loss], parameter_grads_exist)
-    saved = tape.saved_bytes(("activation",))
-    return EndTrace(
-        saved_activation_bytes=saved,
-        saved_weight_copy_bytes=tape.saved_bytes(("weight_copy",)),
-        cached_weight_copy_bytes=tape.cached_weight_copy_bytes,
-        cache_only_weight_copy_bytes=tape.cache_only_weight_copy_bytes,
-        forward_peak_bytes=tape.peak_live_bytes,
-        output_bytes=loss.nbytes,
-        backward_peak_bytes=replay.peak_bytes,
-        backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
-        backward_peak_saved_activation_bytes=replay.peak_saved_activation_bytes,
-        backward_peak_saved_weight_copy_bytes=replay.peak_saved_weight_copy_bytes,
-        backward_peak_activation_grad_bytes=replay.peak_activation_grad_bytes,
-        parameter_grad_bytes=replay.parameter_grad_bytes,
-        input_grad_bytes=replay.input_grad_bytes,
-    )
+def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool) -> Trace:
+    return replay(tape, [loss], tape.peak_live_bytes, loss.nbytes, False, parameter_grads_exist)

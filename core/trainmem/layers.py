@@ -574,21 +574,25 @@ class LayerProgram:
 
 
 @dataclass(frozen=True)
-class LayerTrace:
-    """What one layer's forward and backward cost on a rank, from replaying its program."""
+class Trace:
+    """What one piece of the model (a decoder layer, the embedding, the loss head) costs on a rank,
+    from replaying its forward and backward on a tape."""
 
     saved_activation_bytes: int
     """Tensors saved for backward (activations)."""
     saved_weight_copy_bytes: int
     """Autocast low-precision copies of weights saved for backward (reported under parameters)."""
     cached_weight_copy_bytes: int
-    cache_only_weight_copy_bytes: int
     """All of autocast's cached weight casts (saved or not): alive until the autocast region exits."""
+    cache_only_weight_copy_bytes: int
+    """Cached casts that nothing saved: freed when the autocast region exits."""
+    forward_peak_bytes: int
+    """Peak during the forward above what was alive before it (the input excluded)."""
     output_bytes: int
-    """The layer's output (the next layer's input)."""
+    """What the forward leaves alive besides the saved tensors (a layer: its output)."""
     backward_peak_bytes: int
-    """Peak during backward, above what was alive before, including this layer's saved tensors
-    and the new parameter gradients."""
+    """Peak during backward, above what was alive before, including the saved tensors and the new
+    parameter gradients."""
     backward_peak_grad_bytes: int
     """Parameter gradients among backward_peak_bytes (they may not all exist yet at the peak)."""
     backward_peak_saved_activation_bytes: int
@@ -596,13 +600,40 @@ class LayerTrace:
     backward_peak_saved_weight_copy_bytes: int
     backward_peak_activation_grad_bytes: int
     parameter_grad_bytes: int
-    """Parameter gradients this layer's backward leaves in ``.grad``."""
+    """Parameter gradients the backward leaves in ``.grad``."""
     input_grad_bytes: int
-    input_saved: bool
-    """Whether the layer saves its own input tensor for backward (it is then among the saved bytes)."""
+    input_saved: bool = False
+    """Whether the piece saves its own input tensor for backward (it is then among the saved bytes)."""
 
-    forward_peak_bytes: int
-    """Peak during the forward above what was alive before it (the layer's input excluded)."""
+
+def replay(
+    tape: Tape,
+    outputs: list[Sym],
+    forward_peak_bytes: int,
+    output_bytes: int,
+    input_saved: bool,
+    parameter_grads_exist: bool,
+) -> Trace:
+    """Replay the backward of a recorded forward and gather its figures into a :class:`Trace`."""
+    activations = tape.saved_bytes(("activation",))
+    weight_copies = tape.saved_bytes(("weight_copy",))
+    backward = tape.backward(outputs, parameter_grads_exist)
+    return Trace(
+        saved_activation_bytes=activations,
+        saved_weight_copy_bytes=weight_copies,
+        cached_weight_copy_bytes=tape.cached_weight_copy_bytes,
+        cache_only_weight_copy_bytes=tape.cache_only_weight_copy_bytes,
+        forward_peak_bytes=forward_peak_bytes,
+        output_bytes=output_bytes,
+        backward_peak_bytes=backward.peak_bytes,
+        backward_peak_grad_bytes=backward.peak_parameter_grad_bytes,
+        backward_peak_saved_activation_bytes=backward.peak_saved_activation_bytes,
+        backward_peak_saved_weight_copy_bytes=backward.peak_saved_weight_copy_bytes,
+        backward_peak_activation_grad_bytes=backward.peak_activation_grad_bytes,
+        parameter_grad_bytes=backward.parameter_grad_bytes,
+        input_grad_bytes=backward.input_grad_bytes,
+        input_saved=input_saved,
+    )
 
 
 def trace_layer(
@@ -612,32 +643,12 @@ def trace_layer(
     trainability: Trainability,
     input_requires_grad: bool,
     parameter_grads_exist: bool = False,
-) -> LayerTrace:
+) -> Trace:
     """Replay one decoder layer forward and backward."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_requires_grad)
-    program = LayerProgram(arch, shape, kernels, trainability, tape)
-    out = program.layer(x)
-    peak_forward = tape.peak_live_bytes
+    out = LayerProgram(arch, shape, kernels, trainability, tape).layer(x)
+    forward_peak = tape.peak_live_bytes - x.nbytes
     input_saved = x.storage in tape.saved_storages
     tape.release(x)
-    activations = tape.saved_bytes(("activation",))
-    weight_copies = tape.saved_bytes(("weight_copy",))
-    cached_copies = tape.cached_weight_copy_bytes
-    replay = tape.backward([out], parameter_grads_exist)
-    return LayerTrace(
-        saved_activation_bytes=activations,
-        saved_weight_copy_bytes=weight_copies,
-        cached_weight_copy_bytes=cached_copies,
-        cache_only_weight_copy_bytes=tape.cache_only_weight_copy_bytes,
-        forward_peak_bytes=peak_forward - x.nbytes,
-        output_bytes=out.nbytes,
-        backward_peak_bytes=replay.peak_bytes,
-        backward_peak_grad_bytes=replay.peak_parameter_grad_bytes,
-        backward_peak_saved_activation_bytes=replay.peak_saved_activation_bytes,
-        backward_peak_saved_weight_copy_bytes=replay.peak_saved_weight_copy_bytes,
-        backward_peak_activation_grad_bytes=replay.peak_activation_grad_bytes,
-        parameter_grad_bytes=replay.parameter_grad_bytes,
-        input_grad_bytes=replay.input_grad_bytes,
-        input_saved=input_saved,
-    )
+    return replay(tape, [out], forward_peak, out.nbytes, input_saved, parameter_grads_exist)

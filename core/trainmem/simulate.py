@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .allocator import rounded
-from .ends import EndTrace, trace_chunked_loss_head, trace_embedding, trace_loss_head
-from .layers import LayerKernels, LayerShape, LayerTrace, Trainability, trace_layer
+from .ends import trace_chunked_loss_head, trace_embedding, trace_loss_head
+from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
@@ -121,11 +121,11 @@ def _kernels(plan: Plan, selective: bool) -> LayerKernels:
 class _Traces:
     """The replayed pieces one rank kind needs, for the first and the later micro-batches."""
 
-    layer: LayerTrace
-    first_layer: LayerTrace
-    no_grad_layer: Optional[LayerTrace]
-    embedding: Optional[EndTrace]
-    head: Optional[EndTrace]
+    layer: Trace
+    first_layer: Trace
+    no_grad_layer: Optional[Trace]
+    embedding: Optional[Trace]
+    head: Optional[Trace]
 
 
 def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
@@ -505,7 +505,7 @@ def _micro_batch(
     copies_name = "autocast weight copies"
     copies_detail = f"{plan.precision.autocast} copies of the weights, saved for backward"
 
-    def kept_by(trace: LayerTrace) -> tuple[int, int]:
+    def kept_by(trace: Trace) -> tuple[int, int]:
         """(activation, weight-copy) bytes a layer keeps until its backward."""
         if recompute:
             return stream, 0  # the checkpoint keeps the layer's input only
