@@ -60,33 +60,27 @@ def _llama(config: HFConfig) -> Architecture:
     )
 
 
+#: MistralConfig's own defaults (those of Mistral-7B), shared by MixtralConfig.
+_MISTRAL_7B_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=32000,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    max_position_embeddings=4096 * 32,
+    tie_word_embeddings=False,
+)
+
+
 def _mistral(config: HFConfig) -> Architecture:
     """MistralConfig: Llama without biases; defaults of Mistral-7B."""
-    fields = _common_decoder_fields(
-        config,
-        vocab_size=32000,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        max_position_embeddings=4096 * 32,
-        tie_word_embeddings=False,
-    )
+    fields = _common_decoder_fields(config, **_MISTRAL_7B_DEFAULTS)
     return Architecture(**fields)
 
 
 def _mixtral(config: HFConfig) -> Architecture:
     """MixtralConfig: every MLP is ``num_local_experts`` SwiGLU experts of ``intermediate_size``, top-k routed."""
-    fields = _common_decoder_fields(
-        config,
-        vocab_size=32000,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        max_position_embeddings=4096 * 32,
-        tie_word_embeddings=False,
-    )
+    fields = _common_decoder_fields(config, **_MISTRAL_7B_DEFAULTS)
     return Architecture(
         **fields,
         num_experts=config.get("num_local_experts") or 8,
