@@ -88,18 +88,21 @@ def _mixtral(config: HFConfig) -> Architecture:
     )
 
 
+#: Qwen2Config's own defaults, which Qwen3Config repeats.
+_QWEN2_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=151936,
+    hidden_size=4096,
+    intermediate_size=22016,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    max_position_embeddings=32768,
+    tie_word_embeddings=False,
+)
+
+
 def _qwen2(config: HFConfig) -> Architecture:
     """Qwen2Config: bias on q, k and v (not on o)."""
-    fields = _common_decoder_fields(
-        config,
-        vocab_size=151936,
-        hidden_size=4096,
-        intermediate_size=22016,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        max_position_embeddings=32768,
-        tie_word_embeddings=False,
-    )
+    fields = _common_decoder_fields(config, **_QWEN2_DEFAULTS)
     return Architecture(**fields, attention_qkv_bias=True)
 
 
@@ -135,16 +138,7 @@ def _qwen2_moe(config: HFConfig) -> Architecture:
 
 def _qwen3(config: HFConfig) -> Architecture:
     """Qwen3Config: RMSNorm on each query and key head, optional attention_bias on q, k, v, o."""
-    fields = _common_decoder_fields(
-        config,
-        vocab_size=151936,
-        hidden_size=4096,
-        intermediate_size=22016,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        max_position_embeddings=32768,
-        tie_word_embeddings=False,
-    )
+    fields = _common_decoder_fields(config, **_QWEN2_DEFAULTS)
     fields["head_dim"] = config.get("head_dim") or 128
     attention_bias = bool(config.get("attention_bias", False))
     return Architecture(**fields, qk_norm=True, attention_qkv_bias=attention_bias, attention_output_bias=attention_bias)
