@@ -31,7 +31,7 @@ def test_pure_wheel_with_the_data_and_the_console_script(dist):
     assert "trainmem = trainmem.cli:main" in entry_points
     requirements = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     runtime = [line for line in requirements if "extra ==" not in line]
-    assert runtime == ["Requires-Dist: pydantic<3,>=2.7"]
+    assert sorted(runtime) == ["Requires-Dist: pydantic<3,>=2.7", "Requires-Dist: pyyaml>=6"]
     assert "License-Expression: Apache-2.0" in metadata
 
 

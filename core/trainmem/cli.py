@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from .catalogs import gpus, optimizers, presets
 from .errors import one_line
+from .files import read_json_file
 from .patch import merge_patch
 from .render import render_report
 
@@ -86,12 +87,9 @@ def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
     setup: dict[str, Any] = {}
     if args.setup:
         try:
-            with open(args.setup, encoding="utf-8") as handle:
-                setup = json.load(handle)
-        except OSError as error:
-            raise _InputError(f"setup: cannot read {args.setup!r}: {error.strerror or error}") from None
-        except json.JSONDecodeError as error:
-            raise _InputError(f"setup: {args.setup!r} is not valid JSON: {error.msg} at line {error.lineno}") from None
+            setup = read_json_file(args.setup, "setup file")
+        except ValueError as error:
+            raise _InputError(f"setup: {error}") from None
         if not isinstance(setup, dict):
             raise _InputError(f"setup: {args.setup!r} must hold a JSON object")
     patch: dict[str, Any] = {}

@@ -29,6 +29,7 @@ from ._base import FrozenModel
 from .architecture import Architecture
 from .catalogs import gpus, optimizers, presets
 from .errors import FieldError
+from .files import read_json_file
 from .hf_config import architecture_from_hf_config
 
 # --------------------------------------------------------------------------- model
@@ -86,15 +87,7 @@ class ParameterCountModel(FrozenModel):
 
 
 def _read_json_file(path: str) -> dict[str, Any]:
-    file = Path(path).expanduser()
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ValueError(f"cannot read config file {path!r}: {error.strerror or error}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path!r} is not valid JSON: {error.msg} at line {error.lineno}") from None
+    return read_json_file(path, "config file")
 
 
 _MODEL_KINDS = ("preset", "hf_config", "architecture", "num_parameters")
