@@ -267,9 +267,11 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         layer_trainable = sum(s.total_numel for s in trainable if s.kind == kind)
         layer_trainable += sum(per_layer * count for _, per_layer, count, k in adapters if k == kind)
         gradients_per_layer[kind] = layer_trainable // layers * stored_grad_bytes // sharding.gradients
-        gathered = sum(s.numel * compute_bytes for s in slices if s.kind == kind)
+        # One layer's tensors, each once (a tensor trainable in some layers and frozen in others has two slices).
+        layer_tensors = {s.tensor.name: s.numel for s in slices if s.kind == kind}
+        gathered = sum(layer_tensors.values()) * compute_bytes
         gathered += sum(per_layer * DTYPE_BYTES[plan.adapter_dtype] for _, per_layer, _, k in adapters if k == kind)
-        gathered_per_layer[kind] = gathered // layers
+        gathered_per_layer[kind] = gathered
     embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
     head_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group != "embeddings")
     tensors = [TrainableTensor(_rank_shape(s), s.count) for s in trainable]
