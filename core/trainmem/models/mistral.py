@@ -37,6 +37,10 @@ class Mistral(DecoderFamily):
 class Mixtral(DecoderFamily):
     model_type = "mixtral"
     moe_lora_conversion = MIXTRAL_STYLE_MOE_TARGETS
+    lora_default_targets = None
+    """PEFT's mapping lists q_proj, v_proj for mixtral, but peft 0.21's MoE conversion empties the target
+    list before the default applies (``_convert_peft_config_moe``: ``set(target_modules or [])``), so
+    ``get_peft_model`` fails without explicit targets; trainmem asks for them too."""
 
     def read_config(self, fields: ConfigFields) -> Architecture:
         experts = fields.integer("num_local_experts", 8)

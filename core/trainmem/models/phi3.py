@@ -3,8 +3,8 @@
 One fused ``qkv_proj`` and one fused ``gate_up_proj``; dropout on the residual branches
 (``resid_pdrop``) and the embeddings (``embd_pdrop``); partial rotary whose RoPE ends with
 ``torch.cat([rotated, passed_through], dim=-1)``, which leaves q and k laid out heads-first (one more
-copy before ``o_proj`` with fused attention, measured). PEFT has no default LoRA targets for phi3;
-trainmem adapts the fused attention projection, as PEFT does for the other fused-qkv families.
+copy before ``o_proj`` with fused attention, measured). PEFT has no default LoRA targets for phi3
+(``get_peft_model`` asks for them), so trainmem asks too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ PHI3_DEFAULTS = dict(
 
 class Phi3(DecoderFamily):
     model_type = "phi3"
-    lora_default_targets = ("qkv_proj",)
+    lora_default_targets = None
     rope_concatenates = True
 
     def read_config(self, fields: ConfigFields) -> Architecture:
