@@ -54,6 +54,13 @@ FAMILY_CONFIGS: dict[str, dict] = {
     "gemma2": {"model_type": "gemma2", **SMALL, "intermediate_size": 96, "head_dim": 16},
     "gemma3_text": {"model_type": "gemma3_text", **SMALL, "num_hidden_layers": 7, "intermediate_size": 96, "head_dim": 16},
     "phi3": {"model_type": "phi3", **SMALL, "intermediate_size": 96},
+    "olmo2": {"model_type": "olmo2", **SMALL, "intermediate_size": 96},
+    "starcoder2": {"model_type": "starcoder2", **SMALL, "intermediate_size": 96},
+    "starcoder2-untied": {"model_type": "starcoder2", **SMALL, "intermediate_size": 96, "tie_word_embeddings": False, "use_bias": False},
+    "granite": {
+        "model_type": "granite", **SMALL, "intermediate_size": 96, "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22, "attention_multiplier": 0.0078125, "logits_scaling": 8.0,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 

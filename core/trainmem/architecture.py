@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple, Optional
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import FrozenModel
+from .errors import FieldError
 
 Probability = Field(default=0.0, ge=0.0, lt=1.0)
 
@@ -92,6 +93,15 @@ class Architecture(FrozenModel):
     not_counted: tuple[str, ...] = Field(
         default=(), description="Parts of the checkpoint not in this architecture (e.g. a VLM's vision tower)."
     )
+    embedding_multiplier: Optional[float] = Field(
+        default=None, description="Granite multiplies the embeddings by a Python float (a new tensor, nothing saved)."
+    )
+    residual_multiplier: Optional[float] = Field(
+        default=None, description="Granite scales each sub-block's output before the residual add."
+    )
+    logits_scaling: Optional[float] = Field(
+        default=None, description="Granite divides the logits by this before the loss (one more logits tensor)."
+    )
     rope_sets: Literal[1, 2] = Field(
         default=1, description="Rotary tables per forward: Gemma 3 keeps one for global and one for local layers."
     )
@@ -99,17 +109,20 @@ class Architecture(FrozenModel):
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
         if self.num_attention_heads % self.kv_heads != 0:
-            raise ValueError(
+            raise FieldError(
+                "num_key_value_heads",
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.kv_heads})"
             )
         if self.head_dim is None and self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
+            raise FieldError(
+                "num_attention_heads",
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads}), or give head_dim"
             )
         if self.num_experts and self.num_experts_per_tok > self.num_experts:
-            raise ValueError(
+            raise FieldError(
+                "num_experts_per_tok",
                 f"num_experts_per_tok ({self.num_experts_per_tok}) cannot exceed num_experts ({self.num_experts})"
             )
         if self.dense_layers:
