@@ -101,6 +101,9 @@ QWEN2_MOE_DENSE_SMALL = {**QWEN2_MOE_SMALL, "mlp_only_layers": [0]}
 GRANITE_SMALL = {"model_type": "granite", **FAMILY_COMMON, **IDS, "embedding_multiplier": 12.0,
                  "residual_multiplier": 0.22, "attention_multiplier": 0.0078125, "logits_scaling": 8.0}
 MISTRAL_WINDOW_SMALL = {**MISTRAL_SMALL, "sliding_window": 128}
+LLAMA4_SMALL = {"model_type": "llama4_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "intermediate_size": 256,
+                "intermediate_size_mlp": 512, "head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 1,
+                "interleave_moe_layer_step": 2}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -283,6 +286,10 @@ CASES: list[dict[str, Any]] = [
          description="Sliding window (128) shorter than the sequence: SDPA gets a materialised mask."),
     case("mistral-window-small-ampbf16-adamw-eager-b2-s512", MISTRAL_WINDOW_SMALL, batch=2, seq=512,
          precision="amp-bf16", attention="eager"),
+    case("llama4-small-ampbf16-adamw-b2-s256", LLAMA4_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="Llama 4: dense and MoE layers interleaved, every expert on every token, NoPE layer 3."),
+    case("llama4-small-fp32-adamw-eager-ckpt-b2-s256", LLAMA4_SMALL, batch=2, seq=256, attention="eager",
+         checkpointing="full"),
     case("qwen3-30b-a3b-bf16-lora-all-ckpt-b1-s1024-fake", "qwen3-30b-a3b", batch=1, seq=1024, precision="bf16-pure",
          lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", fake=True,
          description="Qwen3-30B-A3B LoRA on attention, routers and 128 fused experts per layer."),

@@ -38,6 +38,8 @@ PUBLISHED_COUNTS = {
     "olmo-2-7b": 7_298_617_344,
     "starcoder2-15b": 15_957_889_024,
     "starcoder2-3b": 3_030_371_328,
+    "llama-4-scout": 107_769_861_120,
+    "llama-4-maverick": 400_711_848_960,
 }
 
 REQUIRED_PRESETS = [

@@ -170,6 +170,11 @@ class LayerProgram:
             result = tape.linear(x, weight, out_features, bias_param, saved_input)
         if not self.trainability.has_adapter(module):
             return result
+        if saved_input is not None and saved_input is not x:
+            # Sequence parallelism: PEFT's LoraParallelLinear (peft/tuners/lora/tp_layer.py) runs lora_A on
+            # the module's own input, the sequence shard; lora_B, a ColumnParallelLinear, all-gathers the
+            # rank-r activations over the sequence before its matmul.
+            return self._lora(module, saved_input, result, in_features, out_features, gather_rows=x.numel // in_features)
         return self._lora(module, x, result, in_features, out_features)
 
     def _dequantized_matmul(self, x: Sym, weight: Sym, in_features: int, out_features: int) -> Sym:
@@ -186,8 +191,11 @@ class LayerProgram:
             tape.release(x_in)
         return out
 
-    def _lora(self, module: str, x: Sym, result: Sym, in_features: int, out_features: int) -> Sym:
-        """PEFT ``lora.Linear.forward`` for one active adapter."""
+    def _lora(
+        self, module: str, x: Sym, result: Sym, in_features: int, out_features: int, gather_rows: int = 0
+    ) -> Sym:
+        """PEFT ``lora.Linear.forward`` for one active adapter (``gather_rows``: the rows lora_B's
+        sequence-parallel all-gather makes of lora_A's sharded output)."""
         tape = self.tape
         rank = self.kernels.lora_rank
         result_dtype = result.dtype
@@ -200,7 +208,13 @@ class LayerProgram:
             tape.release(dropped)
         if x_cast is not x:
             tape.release(x_cast)
-        up = tape.linear(down, lora_b, out_features)
+        if gather_rows:
+            gathered = tape.new(gather_rows * rank, down.dtype, down.requires_grad)
+            tape.record("all_gather", [], [down], [gathered])
+            up = tape.linear(gathered, lora_b, out_features, saved_input=down)
+            tape.release(gathered)
+        else:
+            up = tape.linear(down, lora_b, out_features)
         tape.release(down)
         scaled = tape.scale(up)
         tape.release(up)
@@ -229,10 +243,29 @@ class LayerProgram:
             produced = [q, k]
         if x_tp is not x:
             tape.release(x_tp)
+        q, k, heads_first = self._position_and_norm(q, k, produced)
+        if heads_first and self.kernels.attention == "fused":
+            # The fused kernel returns its output in q's (b, heads, s, d) layout, so o_proj's input is a
+            # contiguous copy (measured: torch 2.13 CPU, transformers 5.24 Phi-3).
+            out = self._attention_core(q, k, v)
+            merged = tape.copy(out)
+            tape.release(out)
+            out = merged
+        else:
+            out = self._attention_core(q, k, v)
+        tape.release(q, k, v)
+        projected = self.linear(names.o_proj, out, q_width, shape.hidden, arch.attention_output_bias)
+        tape.release(out)
+        return self._scatter_sequence(projected)
+
+    def _position_and_norm(self, q: Sym, k: Sym, produced: list[Sym]) -> tuple[Sym, Sym, bool]:
+        """q/k norms, then RoPE. Returns q, k and whether they are now laid out heads-first."""
+        arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
+        tokens, d = shape.tokens, shape.head_dim
         if arch.qk_norm:
             if arch.qk_norm_over == "projection":  # OLMo 2: RMSNorm over the whole q and k projections
-                q_normed = self.norm(names.q_norm, q, tokens, q_width)
-                k_normed = self.norm(names.k_norm, k, tokens, kv_width)
+                q_normed = self.norm(names.q_norm, q, tokens, shape.heads * d)
+                k_normed = self.norm(names.k_norm, k, tokens, shape.kv_heads * d)
             else:
                 q_normed = self.norm(names.q_norm, q, tokens * shape.heads, d)
                 k_normed = self.norm(names.k_norm, k, tokens * shape.kv_heads, d)
@@ -249,19 +282,7 @@ class LayerProgram:
                 q, k = tape.copy(q_rot), tape.copy(k_rot)
                 tape.release(q_rot, k_rot)
                 heads_first = True
-        if heads_first and self.kernels.attention == "fused":
-            # The fused kernel returns its output in q's (b, heads, s, d) layout, so o_proj's input is a
-            # contiguous copy (measured: torch 2.13 CPU, transformers 5.24 Phi-3).
-            out = self._attention_core(q, k, v)
-            merged = tape.copy(out)
-            tape.release(out)
-            out = merged
-        else:
-            out = self._attention_core(q, k, v)
-        tape.release(q, k, v)
-        projected = self.linear(names.o_proj, out, q_width, shape.hidden, arch.attention_output_bias)
-        tape.release(out)
-        return self._scatter_sequence(projected)
+        return q, k, heads_first
 
     def _rope(self, q: Sym) -> Sym:
         """``q * cos + rotate_half(q) * sin``; cos/sin carry the residual stream's dtype."""

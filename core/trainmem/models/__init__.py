@@ -25,6 +25,7 @@ from .gemma import Gemma2, Gemma3Text
 from .gpt2 import GPT2
 from .granite import Granite
 from .llama import Llama
+from .llama4 import Llama4Text
 from .mistral import Mistral, Mixtral
 from .olmo2 import Olmo2
 from .phi3 import Phi3
@@ -47,6 +48,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Olmo2,
     Starcoder2,
     Granite,
+    Llama4Text,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
@@ -54,6 +56,7 @@ FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_C
 
 MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
     "gemma3": "gemma3_text",
+    "llama4": "llama4_text",
     "llava": "llama",
     "llava_next": "llama",
     "mistral3": "mistral",
