@@ -43,6 +43,8 @@ def read_accelerate(rec: Recorder) -> None:
                 "fp8 through Transformer Engine" if name == "fp8" else "")
     if rec.get("use_cpu") is True:
         rec.unmodelled("use_cpu", "trains on the CPU: trainmem still reports GPU memory")
+    elif rec.get("use_cpu") is not None:
+        rec.neutral("use_cpu", "off")
     if distributed == "DEEPSPEED":
         read_deepspeed_section(rec)
     elif rec.get("deepspeed_config") is not None:

@@ -66,8 +66,12 @@ def read_axolotl(rec: Recorder) -> None:
     read_parallelism(rec)
     for key, assumption in NOT_MODELLED.items():
         value = rec.get(key)
-        if value not in (None, False, [], {}, 0) and not rec.seen(key):
+        if rec.seen(key) or key not in rec.data:
+            continue
+        if value not in (None, False, [], {}, 0):
             rec.unmodelled(key, assumption)
+        elif value is not None:
+            rec.neutral(key, "off")
     rec.finish()
 
 

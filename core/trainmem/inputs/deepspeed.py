@@ -128,6 +128,8 @@ def read_precision(rec: Recorder) -> None:
     fp16 = rec.get("fp16")
     if isinstance(fp16, dict) and fp16.get("auto_cast") is True:
         rec.unmodelled("fp16.auto_cast", "assumed DeepSpeed's fp16 weights without autocast")
+    elif isinstance(fp16, dict) and "auto_cast" in fp16:
+        rec.neutral("fp16.auto_cast", "off")
     for name in flags:
         rec.finish(name)
 
@@ -196,7 +198,8 @@ def read_optimizer(rec: Recorder, optimizer: dict[str, Any]) -> None:
     if entry is None:
         rec.unmodelled("optimizer.type", f"{type_name!r}: unknown DeepSpeed optimizer, assumed the trainer's")
     else:
-        value = {"name": entry.optimizer, "implementation": entry.implementation}
+        implementation = None if params.get("torch_adam") is True else entry.implementation  # torch.optim's own step
+        value = {"name": entry.optimizer, "implementation": implementation}
         offloaded = _offloads_optimizer(rec)
         note = entry.note + ("; offloaded: DeepSpeedCPUAdam steps on the host" if offloaded else "")
         if entry.modelled:

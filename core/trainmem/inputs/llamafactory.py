@@ -85,8 +85,14 @@ def read_llamafactory(rec: Recorder) -> None:
         rec.default("sequence_length", 2048, "cutoff_len", f"{LLAMAFACTORY_VERSION} hparams/data_args.py")
     read_method(rec)
     read_features(rec)
-    rec.finish(neutral_keys=frozenset(GALORE_KEYS) if not rec.get("use_galore") and not rec.get("use_apollo")
-               and not rec.get("use_badam") else frozenset())
+    low_rank_on = rec.get("use_galore") or rec.get("use_apollo") or rec.get("use_badam")
+    for key in GALORE_KEYS:
+        if rec.get(key) is not None:
+            if low_rank_on:
+                rec.unmodelled(key, "a setting of the low-rank/block optimizer above: not modelled")
+            else:
+                rec.neutral(key, "its optimizer is off")
+    rec.finish()
 
 
 def read_method(rec: Recorder) -> None:
@@ -143,14 +149,14 @@ def read_features(rec: Recorder) -> None:
                             if key == "neat_packing" else ""))
         elif rec.get(key) is not None:
             rec.neutral(key, "off: rows padded, trainmem assumes each row cutoff_len tokens (an upper bound)")
-    value = rec.get("flash_attn")
+    key = "flash_attn" if rec.get("flash_attn") is not None else "attn"  # newer LLaMA-Factory spells it attn
+    value = rec.get(key)
     if value is not None:
         attention = ATTENTION.get(str(value).lower())
         if attention is None:
-            rec.unmodelled("flash_attn", f"{value!r}: assumed sdpa")
+            rec.unmodelled(key, f"{value!r}: assumed sdpa")
         else:
-            rec.set("flash_attn", "attention", attention,
-                    "auto: transformers picks SDPA" if str(value).lower() == "auto" else "")
+            rec.set(key, "attention", attention, "auto: transformers picks SDPA" if str(value).lower() == "auto" else "")
     else:
         rec.default("attention", "sdpa", "flash_attn", f"{LLAMAFACTORY_VERSION} (flash_attn auto: SDPA)")
     if rec.get("enable_liger_kernel") is not None:

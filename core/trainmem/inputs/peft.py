@@ -41,7 +41,9 @@ def read_peft(rec: Recorder) -> None:
         ("trainable_token_indices", "trained token rows are not counted"),
         ("target_parameters", "adapters on parameters (not modules) are not counted"),
         ("lora_bias", "adapter biases are not counted"),
-        ("qalora_group_size", "assumed plain LoRA"),
+        ("use_qalora", "QA-LoRA: assumed plain LoRA"),
+        ("layer_replication", "assumed the model's own layers"),
+        ("use_bdlora", "assumed plain LoRA"),
     ):
         value = rec.get(key)
         if value not in (None, False, [], {}):
