@@ -66,8 +66,11 @@ def _read(source: Source, names: list[str], kind: Optional[str], overrides: dict
     recorders: list[Recorder] = []
     files: list[InputFile] = []
     base: dict[str, Any] = {}
+    named_by: dict[str, str] = {}
     while queue:
         document, wanted = queue.pop(0)
+        if document.linked_from is None and _identity(document) in named_by:
+            document.linked_from = named_by[_identity(document)]
         file_kind = wanted or detect_kind(document.data)
         if file_kind is None:
             raise InputError(
@@ -99,6 +102,10 @@ def _read(source: Source, names: list[str], kind: Optional[str], overrides: dict
             else:
                 raise InputError(f"{document.name}: {link.key}: must be a file name or an object")
             if _identity(linked) in seen:
+                named_by.setdefault(_identity(linked), linked.linked_from)  # also given by the user
+                for index, file in enumerate(files):
+                    if file.name == linked.name and file.linked_from is None:
+                        files[index] = file.model_copy(update={"linked_from": linked.linked_from})
                 continue
             seen.add(_identity(linked))
             queue.append((linked, link.kind))

@@ -30,10 +30,10 @@ def read_accelerate(rec: Recorder) -> None:
         rec.set("num_processes", "parallelism.num_gpus", processes, "one process per GPU, over all machines")
     machines = rec.get("num_machines")
     if machines is not None:
-        if processes and isinstance(machines, int) and machines >= 1 and processes % machines == 0:
+        if processes and isinstance(machines, int) and machines > 1 and processes % machines == 0:
             rec.set("num_machines", "parallelism.gpus_per_node", processes // machines, "num_processes / num_machines")
         else:
-            rec.neutral("num_machines")
+            rec.neutral("num_machines", "one machine" if machines == 1 else "")
     precision = rec.get("mixed_precision")
     if precision is not None:
         name = str(precision).lower()

@@ -143,8 +143,13 @@ def read_batch(rec: Recorder) -> None:
     if rec.get("pad_to_sequence_len") is not None:
         rec.modelled("pad_to_sequence_len", "rows of sequence_len tokens, as trainmem assumes")
     optimizer = rec.get("optimizer")
+    arguments = rec.get("optim_args")
+    amsgrad = (arguments.get("amsgrad") in (True, "True", "true") if isinstance(arguments, dict)
+               else "amsgrad=true" in str(arguments or "").replace(" ", "").lower())
+    if arguments is not None:
+        rec.modelled("optim_args", "amsgrad=True: a third optimizer state") if amsgrad else rec.neutral("optim_args")
     if optimizer is not None:
-        set_optimizer(rec, "optimizer", str(optimizer))
+        set_optimizer(rec, "optimizer", str(optimizer), amsgrad)
     else:
         entry = trainer_optimizer("adamw_torch_fused")
         rec.default("optimizer", {"name": entry.optimizer, "implementation": entry.implementation}, "optimizer",

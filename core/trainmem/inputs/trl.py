@@ -116,7 +116,7 @@ def read_trainer_features(rec: Recorder) -> None:
     if rec.get("packing_strategy") is not None:
         rec.neutral("packing_strategy")
     if rec.get("padding_free") is True:
-        rec.unmodelled("padding_free", "no padding tokens: trainmem assumes every row max_length tokens (an upper bound)")
+        rec.unmodelled("padding_free", "no padding tokens: assumed every row max_length tokens (an upper bound)")
     elif rec.get("padding_free") is not None:
         rec.neutral("padding_free", "off")
     deepspeed = rec.get("deepspeed")

@@ -38,6 +38,14 @@ CARRIES = {
 }
 """Setup fields each format carries; the rest must come from elsewhere (flags, another file)."""
 
+
+def carries(setup: Setup, file_format: str) -> list[str]:
+    """The fields a ``file_format`` file written for ``setup`` gives back when read."""
+    fields = list(CARRIES[file_format])
+    if file_format == "accelerate" and setup.precision == "bf16-pure":
+        fields.remove("precision")  # the training script's model dtype, not the launcher's mixed_precision
+    return fields
+
 TRAINER_OPTIMIZERS = {
     ("adamw", "fused"): "adamw_torch_fused",
     ("adamw", None): "adamw_torch",
