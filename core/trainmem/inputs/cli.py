@@ -117,4 +117,5 @@ def _is_setup(name: str) -> bool:
         data = read_json_file(name, "setup file")
     except ValueError:
         return True  # the setup reader reports the problem as before
-    return detect_kind(data) in ("setup", None)
+    # trainer files name their model model_name_or_path / base_model; a "model" key is trainmem's own
+    return detect_kind(data) in ("setup", None) or isinstance(data, dict) and "model" in data
