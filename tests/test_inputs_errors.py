@@ -54,11 +54,19 @@ def test_unreadable_or_unknown_file(tmp_path, capsys, name, text, fragment):
 
 def test_two_batch_sizes_contradict(tmp_path, capsys):
     trainer = write(tmp_path, "train.yaml", TRAINER)
-    ds = write(tmp_path, "ds.json", json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}))
+    ds = write(
+        tmp_path, "ds.json", json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}})
+    )
     out_file = tmp_path / "out.json"
     code, out, err = run(["estimate", trainer, ds, "--emit", "deepspeed", "--emit-to", out_file], capsys)
-    one_line_error(code, out, err, "ds.json: train_micro_batch_size_per_gpu = 4", "train.yaml: per_device_train_batch_size = 2",
-                   "micro_batch_size")
+    one_line_error(
+        code,
+        out,
+        err,
+        "ds.json: train_micro_batch_size_per_gpu = 4",
+        "train.yaml: per_device_train_batch_size = 2",
+        "micro_batch_size",
+    )
     assert not out_file.exists()
 
 
@@ -82,8 +90,9 @@ def test_auto_that_nothing_fills(tmp_path, capsys):
 def test_hub_id_without_preset_asks_for_its_config(capsys):
     name = DATA / "llamafactory/examples/train_lora/qwen3_lora_sft.yaml"
     code, out, err = run(["estimate", name], capsys)
-    one_line_error(code, out, err, "qwen3_lora_sft.yaml: model_name_or_path", "'Qwen/Qwen3-4B-Instruct-2507'",
-                   "config.json")
+    one_line_error(
+        code, out, err, "qwen3_lora_sft.yaml: model_name_or_path", "'Qwen/Qwen3-4B-Instruct-2507'", "config.json"
+    )
 
 
 def test_missing_linked_file(tmp_path, capsys):

@@ -13,8 +13,15 @@ from trainmem import inputs
 
 DATA = Path(__file__).parent / "data" / "trainer_files"
 TOY_QWEN3 = {  # a small qwen3 config.json, standing in for the Qwen3 models no preset covers
-    "model_type": "qwen3", "vocab_size": 32000, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 3,
-    "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 4096, "head_dim": 32,
+    "model_type": "qwen3",
+    "vocab_size": 32000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 4096,
+    "head_dim": 32,
 }
 MODEL = {"model": {"preset": "llama-3.2-1b"}}
 """Accelerate and DeepSpeed files name no model; the command line gives one (--preset)."""
@@ -24,139 +31,404 @@ ALL7 = ["gate_proj", "down_proj", "up_proj", "q_proj", "v_proj", "k_proj", "o_pr
 
 # file -> (overrides, expected Setup fields by dotted path)
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "axolotl/lora-1b.yml": ({}, {
-        "model.preset": "llama-3.2-1b", "finetuning.method": "lora", "finetuning.lora.r": 16,
-        "finetuning.lora.lora_dropout": 0.05, "finetuning.lora.target_modules": ALL7, "sequence_length": 2048,
-        "micro_batch_size": 2, "gradient_accumulation_steps": 2, "optimizer.name": "adamw-8bit",
-        "activation_checkpointing": "full", "attention": "flash_attention_2", "precision": "bf16-pure"}),
-    "axolotl/qlora-1b.yml": ({}, {
-        "finetuning.method": "qlora", "finetuning.quantization.bits": 4, "finetuning.lora.r": 32,
-        "micro_batch_size": 2, "gradient_accumulation_steps": 4, "attention": "flash_attention_2",
-        "finetuning.quantization.quant_type": "nf4", "finetuning.quantization.double_quant": True}),
-    "axolotl/fft-8b.yaml": ({}, {
-        "model.preset": "llama-3-8b", "finetuning.method": "full", "sequence_length": 8192, "micro_batch_size": 1,
-        "gradient_accumulation_steps": 8, "optimizer.name": "paged-adamw-8bit", "activation_checkpointing": "full"}),
-    "axolotl/fft-8b-liger-fsdp.yaml": ({}, {
-        "model.preset": "llama-3.1-8b", "parallelism.strategy": "fsdp", "parallelism.fsdp_sharding_strategy": "FULL_SHARD",
-        "parallelism.offload_parameters": True, "parallelism.offload_optimizer": True, "loss": "chunked",
-        "optimizer.name": "adamw", "optimizer.implementation": "fused", "micro_batch_size": 2,
-        "gradient_accumulation_steps": 4, "sequence_length": 4096, "attention": "flash_attention_2"}),
-    "axolotl/qlora-fsdp-70b.yaml": ({}, {
-        "model.preset": "llama-3-70b", "finetuning.method": "qlora", "finetuning.lora.r": 8,
-        "finetuning.lora.target_modules": "all-linear", "sequence_length": 512, "micro_batch_size": 1,
-        "gradient_accumulation_steps": 4, "optimizer.name": "adamw", "parallelism.strategy": "fsdp"}),
-    "axolotl/instruct-dpo-lora-8b.yml": ({}, {
-        "model.preset": "llama-3-8b", "finetuning.method": "qlora", "finetuning.quantization.bits": 8,
-        "finetuning.lora.r": 32, "sequence_length": 4096, "micro_batch_size": 4, "gradient_accumulation_steps": 4}),
-    "axolotl/lora-8b.yml": ({}, {
-        "model.preset": "llama-3-8b", "finetuning.quantization.bits": 8, "finetuning.lora.target_modules": "all-linear",
-        "micro_batch_size": 2, "sequence_length": 4096, "optimizer.name": "adamw-8bit"}),
-    "axolotl/fft_optimized.yml": ({}, {
-        "model.preset": "llama-2-7b", "finetuning.method": "full", "sequence_length": 4096, "micro_batch_size": 1,
-        "gradient_accumulation_steps": 1, "optimizer.name": "adamw-8bit", "attention": "flash_attention_2"}),
-    "axolotl/gemma2-qlora.yml": ({}, {
-        "model.preset": "gemma-2-9b", "finetuning.method": "qlora", "finetuning.lora.r": 32, "micro_batch_size": 1,
-        "gradient_accumulation_steps": 4, "sequence_length": 2048}),
-    "axolotl/deepspeed_configs/zero2.json": ({**MODEL, **BATCH, "precision": "bf16-mixed"}, {
-        "parallelism.strategy": "zero", "parallelism.zero_stage": 2, "parallelism.offload_optimizer": True}),
-    "axolotl/deepspeed_configs/zero3_bf16.json": ({**MODEL, **BATCH}, {
-        "parallelism.zero_stage": 3, "precision": "bf16-mixed", "parallelism.offload_parameters": False}),
-    "axolotl/deepspeed_configs/zero3_bf16_cpuoffload_all.json": ({**MODEL, **BATCH}, {
-        "parallelism.zero_stage": 3, "parallelism.offload_optimizer": True, "parallelism.offload_parameters": True}),
-    "llamafactory/examples/train_lora/llama3_lora_sft.yaml": ({}, {
-        "model.preset": "llama-3-8b", "finetuning.method": "lora", "finetuning.lora.r": 8,
-        "finetuning.lora.target_modules": "all-linear", "sequence_length": 2048, "micro_batch_size": 1,
-        "gradient_accumulation_steps": 8, "precision": "bf16-pure", "activation_checkpointing": "full",
-        "optimizer.implementation": "fused"}),
-    "llamafactory/examples/train_lora/llama3_lora_dpo.yaml": ({}, {
-        "finetuning.method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 8}),
-    "llamafactory/examples/train_lora/llama3_lora_sft_ds3.yaml": ({}, {
-        "parallelism.strategy": "zero", "parallelism.zero_stage": 3, "micro_batch_size": 1,
-        "gradient_accumulation_steps": 2, "precision": "bf16-mixed", "finetuning.lora.r": 8}),
-    "llamafactory/examples/train_qlora/llama3_lora_sft_otfq.yaml": ({}, {
-        "finetuning.method": "qlora", "finetuning.quantization.bits": 4, "finetuning.lora.r": 8,
-        "gradient_accumulation_steps": 8}),
-    "llamafactory/examples/train_full/llama3_full_sft.yaml": ({}, {
-        "finetuning.method": "full", "parallelism.zero_stage": 3, "gradient_accumulation_steps": 2,
-        "precision": "bf16-mixed", "activation_checkpointing": "full"}),
-    "llamafactory/examples/train_full/qwen2_5_full_sft_fsdp.yaml": ({}, {
-        "model.preset": "qwen2.5-7b", "precision": "bf16-pure", "loss": "chunked", "attention": "flash_attention_2",
-        "sequence_length": 32768, "micro_batch_size": 1, "gradient_accumulation_steps": 2}),
-    "llamafactory/examples/extras/galore/llama3_full_sft.yaml": ({}, {
-        "finetuning.method": "full", "precision": "bf16-pure", "sequence_length": 1024, "micro_batch_size": 1}),
-    "llamafactory/examples/accelerate/fsdp_config.yaml": (MODEL, {
-        "parallelism.strategy": "fsdp", "parallelism.num_gpus": 2, "parallelism.offload_parameters": True,
-        "parallelism.offload_optimizer": True, "precision": "fp16-mixed"}),
-    "llamafactory/examples/deepspeed/ds_z2_config.json": ({**MODEL, **BATCH, "precision": "bf16-mixed"}, {
-        "parallelism.zero_stage": 2, "parallelism.offload_optimizer": False}),
-    "llamafactory/examples/deepspeed/ds_z2_offload_config.json": ({**MODEL, **BATCH, "precision": "bf16-mixed"}, {
-        "parallelism.zero_stage": 2, "parallelism.offload_optimizer": True}),
-    "llamafactory/examples/deepspeed/ds_z3_config.json": ({**MODEL, **BATCH, "precision": "bf16-mixed"}, {
-        "parallelism.zero_stage": 3, "parallelism.offload_parameters": False}),
-    "llamafactory/examples/deepspeed/ds_z3_offload_config.json": ({**MODEL, **BATCH, "precision": "bf16-mixed"}, {
-        "parallelism.zero_stage": 3, "parallelism.offload_parameters": True, "parallelism.offload_optimizer": True}),
-    "accelerate/examples/config_yaml_templates/deepspeed.yaml": ({**MODEL, "micro_batch_size": 2}, {
-        "parallelism.strategy": "zero", "parallelism.zero_stage": 1, "parallelism.num_gpus": 2,
-        "precision": "fp16-mixed", "gradient_accumulation_steps": 1, "optimizer.name": "adamw",
-        "optimizer.implementation": None}),
-    "accelerate/examples/config_yaml_templates/fsdp.yaml": (MODEL, {
-        "parallelism.strategy": "fsdp", "parallelism.fsdp_sharding_strategy": "FULL_SHARD", "precision": "bf16-mixed",
-        "parallelism.num_gpus": 2, "parallelism.offload_parameters": False, "activation_checkpointing": "none"}),
-    "accelerate/examples/config_yaml_templates/multi_gpu.yaml": (MODEL, {
-        "parallelism.strategy": "ddp", "parallelism.num_gpus": 2, "precision": "bf16-mixed"}),
-    "accelerate/examples/config_yaml_templates/single_gpu.yaml": (MODEL, {
-        "parallelism.num_gpus": 1, "precision": "bf16-mixed"}),
-    "accelerate/examples/config_yaml_templates/multi_node.yaml": (MODEL, {
-        "parallelism.strategy": "ddp", "parallelism.num_gpus": 8, "parallelism.gpus_per_node": 4}),
-    "accelerate/examples/deepspeed_config_templates/zero_stage1_config.json": ({**MODEL, "micro_batch_size": 2}, {
-        "parallelism.zero_stage": 1, "precision": "fp16-mixed", "gradient_accumulation_steps": 1}),
-    "accelerate/examples/deepspeed_config_templates/zero_stage3_offload_config.json": ({**MODEL, "micro_batch_size": 2}, {
-        "parallelism.zero_stage": 3, "parallelism.offload_parameters": True, "parallelism.offload_optimizer": True,
-        "precision": "fp16-mixed", "optimizer.implementation": "fused"}),
-    "trl/examples/accelerate_configs/deepspeed_zero2.yaml": (MODEL, {
-        "parallelism.zero_stage": 2, "parallelism.num_gpus": 8, "precision": "fp32", "gradient_accumulation_steps": 1}),
-    "trl/examples/accelerate_configs/deepspeed_zero3.yaml": (MODEL, {
-        "parallelism.zero_stage": 3, "parallelism.num_gpus": 8, "precision": "fp16-mixed"}),
-    "trl/examples/accelerate_configs/fsdp2.yaml": (MODEL, {
-        "parallelism.strategy": "fsdp", "parallelism.fsdp_sharding_strategy": "FULL_SHARD", "precision": "bf16-mixed",
-        "parallelism.num_gpus": 8}),
-    "trl/examples/accelerate_configs/fsdp_qlora.yaml": (MODEL, {
-        "parallelism.strategy": "fsdp", "parallelism.offload_parameters": True, "parallelism.num_gpus": 8}),
-    "trl/examples/cli_configs/example_config.yaml": ({}, {
-        "model.preset": "qwen2.5-0.5b", "micro_batch_size": 8, "sequence_length": 1024, "precision": "bf16-mixed",
-        "activation_checkpointing": "full", "optimizer.name": "adamw", "optimizer.implementation": "fused"}),
-    "alignment-handbook/recipes/zephyr-7b-beta/sft/config_qlora.yaml": ({}, {
-        "model.preset": "mistral-7b", "finetuning.method": "qlora", "finetuning.lora.r": 16,
-        "finetuning.lora.lora_dropout": 0.05, "micro_batch_size": 4, "gradient_accumulation_steps": 2,
-        "sequence_length": 2048, "attention": "flash_attention_2", "precision": "bf16-pure",
-        "finetuning.quantization.double_quant": False,
-        "finetuning.lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}),
-    "alignment-handbook/recipes/zephyr-7b-beta/dpo/config_full.yaml": ({}, {
-        "model.preset": "mistral-7b", "micro_batch_size": 16, "gradient_accumulation_steps": 2, "sequence_length": 1024,
-        "optimizer.name": "adamw", "optimizer.implementation": None, "activation_checkpointing": "full",
-        "precision": "bf16-mixed"}),
-    "alignment-handbook/recipes/llama3-8b/orpo/config_v1.0.yaml": ({}, {
-        "model.preset": "llama-3-8b", "micro_batch_size": 8, "sequence_length": 2048, "optimizer.name": "adamw-8bit",
-        "attention": "flash_attention_2", "precision": "bf16-pure"}),
-    "alignment-handbook/recipes/accelerate_configs/deepspeed_zero3.yaml": (MODEL, {
-        "parallelism.zero_stage": 3, "parallelism.offload_optimizer": True, "parallelism.offload_parameters": True,
-        "parallelism.num_gpus": 1, "precision": "bf16-mixed"}),
-    "deepspeed/training/tensor_parallel/hf_integration/configs/ds_config.json": ({**MODEL, **BATCH,
-                                                                                  "precision": "bf16-mixed"}, {
-        "parallelism.zero_stage": 2, "optimizer.name": "adamw", "optimizer.implementation": "fused"}),
-    "peft/tinyllama-adapter_config.json": ({}, {
-        "model.preset": "tinyllama-1.1b", "finetuning.method": "lora", "finetuning.lora.r": 16,
-        "finetuning.lora.lora_dropout": 0.05}),
-    "peft/llama2-adapter_config.json": ({"model": {"preset": "llama-2-7b"}}, {
-        "finetuning.lora.r": 64, "finetuning.lora.target_modules": ["q_proj", "v_proj"],
-        "finetuning.lora.lora_dropout": 0.1}),
+    "axolotl/lora-1b.yml": (
+        {},
+        {
+            "model.preset": "llama-3.2-1b",
+            "finetuning.method": "lora",
+            "finetuning.lora.r": 16,
+            "finetuning.lora.lora_dropout": 0.05,
+            "finetuning.lora.target_modules": ALL7,
+            "sequence_length": 2048,
+            "micro_batch_size": 2,
+            "gradient_accumulation_steps": 2,
+            "optimizer.name": "adamw-8bit",
+            "activation_checkpointing": "full",
+            "attention": "flash_attention_2",
+            "precision": "bf16-pure",
+        },
+    ),
+    "axolotl/qlora-1b.yml": (
+        {},
+        {
+            "finetuning.method": "qlora",
+            "finetuning.quantization.bits": 4,
+            "finetuning.lora.r": 32,
+            "micro_batch_size": 2,
+            "gradient_accumulation_steps": 4,
+            "attention": "flash_attention_2",
+            "finetuning.quantization.quant_type": "nf4",
+            "finetuning.quantization.double_quant": True,
+        },
+    ),
+    "axolotl/fft-8b.yaml": (
+        {},
+        {
+            "model.preset": "llama-3-8b",
+            "finetuning.method": "full",
+            "sequence_length": 8192,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 8,
+            "optimizer.name": "paged-adamw-8bit",
+            "activation_checkpointing": "full",
+        },
+    ),
+    "axolotl/fft-8b-liger-fsdp.yaml": (
+        {},
+        {
+            "model.preset": "llama-3.1-8b",
+            "parallelism.strategy": "fsdp",
+            "parallelism.fsdp_sharding_strategy": "FULL_SHARD",
+            "parallelism.offload_parameters": True,
+            "parallelism.offload_optimizer": True,
+            "loss": "chunked",
+            "optimizer.name": "adamw",
+            "optimizer.implementation": "fused",
+            "micro_batch_size": 2,
+            "gradient_accumulation_steps": 4,
+            "sequence_length": 4096,
+            "attention": "flash_attention_2",
+        },
+    ),
+    "axolotl/qlora-fsdp-70b.yaml": (
+        {},
+        {
+            "model.preset": "llama-3-70b",
+            "finetuning.method": "qlora",
+            "finetuning.lora.r": 8,
+            "finetuning.lora.target_modules": "all-linear",
+            "sequence_length": 512,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 4,
+            "optimizer.name": "adamw",
+            "parallelism.strategy": "fsdp",
+        },
+    ),
+    "axolotl/instruct-dpo-lora-8b.yml": (
+        {},
+        {
+            "model.preset": "llama-3-8b",
+            "finetuning.method": "qlora",
+            "finetuning.quantization.bits": 8,
+            "finetuning.lora.r": 32,
+            "sequence_length": 4096,
+            "micro_batch_size": 4,
+            "gradient_accumulation_steps": 4,
+        },
+    ),
+    "axolotl/lora-8b.yml": (
+        {},
+        {
+            "model.preset": "llama-3-8b",
+            "finetuning.quantization.bits": 8,
+            "finetuning.lora.target_modules": "all-linear",
+            "micro_batch_size": 2,
+            "sequence_length": 4096,
+            "optimizer.name": "adamw-8bit",
+        },
+    ),
+    "axolotl/fft_optimized.yml": (
+        {},
+        {
+            "model.preset": "llama-2-7b",
+            "finetuning.method": "full",
+            "sequence_length": 4096,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 1,
+            "optimizer.name": "adamw-8bit",
+            "attention": "flash_attention_2",
+        },
+    ),
+    "axolotl/gemma2-qlora.yml": (
+        {},
+        {
+            "model.preset": "gemma-2-9b",
+            "finetuning.method": "qlora",
+            "finetuning.lora.r": 32,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 4,
+            "sequence_length": 2048,
+        },
+    ),
+    "axolotl/deepspeed_configs/zero2.json": (
+        {**MODEL, **BATCH, "precision": "bf16-mixed"},
+        {"parallelism.strategy": "zero", "parallelism.zero_stage": 2, "parallelism.offload_optimizer": True},
+    ),
+    "axolotl/deepspeed_configs/zero3_bf16.json": (
+        {**MODEL, **BATCH},
+        {"parallelism.zero_stage": 3, "precision": "bf16-mixed", "parallelism.offload_parameters": False},
+    ),
+    "axolotl/deepspeed_configs/zero3_bf16_cpuoffload_all.json": (
+        {**MODEL, **BATCH},
+        {"parallelism.zero_stage": 3, "parallelism.offload_optimizer": True, "parallelism.offload_parameters": True},
+    ),
+    "llamafactory/examples/train_lora/llama3_lora_sft.yaml": (
+        {},
+        {
+            "model.preset": "llama-3-8b",
+            "finetuning.method": "lora",
+            "finetuning.lora.r": 8,
+            "finetuning.lora.target_modules": "all-linear",
+            "sequence_length": 2048,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 8,
+            "precision": "bf16-pure",
+            "activation_checkpointing": "full",
+            "optimizer.implementation": "fused",
+        },
+    ),
+    "llamafactory/examples/train_lora/llama3_lora_dpo.yaml": (
+        {},
+        {"finetuning.method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 8},
+    ),
+    "llamafactory/examples/train_lora/llama3_lora_sft_ds3.yaml": (
+        {},
+        {
+            "parallelism.strategy": "zero",
+            "parallelism.zero_stage": 3,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 2,
+            "precision": "bf16-mixed",
+            "finetuning.lora.r": 8,
+        },
+    ),
+    "llamafactory/examples/train_qlora/llama3_lora_sft_otfq.yaml": (
+        {},
+        {
+            "finetuning.method": "qlora",
+            "finetuning.quantization.bits": 4,
+            "finetuning.lora.r": 8,
+            "gradient_accumulation_steps": 8,
+        },
+    ),
+    "llamafactory/examples/train_full/llama3_full_sft.yaml": (
+        {},
+        {
+            "finetuning.method": "full",
+            "parallelism.zero_stage": 3,
+            "gradient_accumulation_steps": 2,
+            "precision": "bf16-mixed",
+            "activation_checkpointing": "full",
+        },
+    ),
+    "llamafactory/examples/train_full/qwen2_5_full_sft_fsdp.yaml": (
+        {},
+        {
+            "model.preset": "qwen2.5-7b",
+            "precision": "bf16-pure",
+            "loss": "chunked",
+            "attention": "flash_attention_2",
+            "sequence_length": 32768,
+            "micro_batch_size": 1,
+            "gradient_accumulation_steps": 2,
+        },
+    ),
+    "llamafactory/examples/extras/galore/llama3_full_sft.yaml": (
+        {},
+        {"finetuning.method": "full", "precision": "bf16-pure", "sequence_length": 1024, "micro_batch_size": 1},
+    ),
+    "llamafactory/examples/accelerate/fsdp_config.yaml": (
+        MODEL,
+        {
+            "parallelism.strategy": "fsdp",
+            "parallelism.num_gpus": 2,
+            "parallelism.offload_parameters": True,
+            "parallelism.offload_optimizer": True,
+            "precision": "fp16-mixed",
+        },
+    ),
+    "llamafactory/examples/deepspeed/ds_z2_config.json": (
+        {**MODEL, **BATCH, "precision": "bf16-mixed"},
+        {"parallelism.zero_stage": 2, "parallelism.offload_optimizer": False},
+    ),
+    "llamafactory/examples/deepspeed/ds_z2_offload_config.json": (
+        {**MODEL, **BATCH, "precision": "bf16-mixed"},
+        {"parallelism.zero_stage": 2, "parallelism.offload_optimizer": True},
+    ),
+    "llamafactory/examples/deepspeed/ds_z3_config.json": (
+        {**MODEL, **BATCH, "precision": "bf16-mixed"},
+        {"parallelism.zero_stage": 3, "parallelism.offload_parameters": False},
+    ),
+    "llamafactory/examples/deepspeed/ds_z3_offload_config.json": (
+        {**MODEL, **BATCH, "precision": "bf16-mixed"},
+        {"parallelism.zero_stage": 3, "parallelism.offload_parameters": True, "parallelism.offload_optimizer": True},
+    ),
+    "accelerate/examples/config_yaml_templates/deepspeed.yaml": (
+        {**MODEL, "micro_batch_size": 2},
+        {
+            "parallelism.strategy": "zero",
+            "parallelism.zero_stage": 1,
+            "parallelism.num_gpus": 2,
+            "precision": "fp16-mixed",
+            "gradient_accumulation_steps": 1,
+            "optimizer.name": "adamw",
+            "optimizer.implementation": None,
+        },
+    ),
+    "accelerate/examples/config_yaml_templates/fsdp.yaml": (
+        MODEL,
+        {
+            "parallelism.strategy": "fsdp",
+            "parallelism.fsdp_sharding_strategy": "FULL_SHARD",
+            "precision": "bf16-mixed",
+            "parallelism.num_gpus": 2,
+            "parallelism.offload_parameters": False,
+            "activation_checkpointing": "none",
+        },
+    ),
+    "accelerate/examples/config_yaml_templates/multi_gpu.yaml": (
+        MODEL,
+        {"parallelism.strategy": "ddp", "parallelism.num_gpus": 2, "precision": "bf16-mixed"},
+    ),
+    "accelerate/examples/config_yaml_templates/single_gpu.yaml": (
+        MODEL,
+        {"parallelism.num_gpus": 1, "precision": "bf16-mixed"},
+    ),
+    "accelerate/examples/config_yaml_templates/multi_node.yaml": (
+        MODEL,
+        {"parallelism.strategy": "ddp", "parallelism.num_gpus": 8, "parallelism.gpus_per_node": 4},
+    ),
+    "accelerate/examples/deepspeed_config_templates/zero_stage1_config.json": (
+        {**MODEL, "micro_batch_size": 2},
+        {"parallelism.zero_stage": 1, "precision": "fp16-mixed", "gradient_accumulation_steps": 1},
+    ),
+    "accelerate/examples/deepspeed_config_templates/zero_stage3_offload_config.json": (
+        {**MODEL, "micro_batch_size": 2},
+        {
+            "parallelism.zero_stage": 3,
+            "parallelism.offload_parameters": True,
+            "parallelism.offload_optimizer": True,
+            "precision": "fp16-mixed",
+            "optimizer.implementation": "fused",
+        },
+    ),
+    "trl/examples/accelerate_configs/deepspeed_zero2.yaml": (
+        MODEL,
+        {"parallelism.zero_stage": 2, "parallelism.num_gpus": 8, "precision": "fp32", "gradient_accumulation_steps": 1},
+    ),
+    "trl/examples/accelerate_configs/deepspeed_zero3.yaml": (
+        MODEL,
+        {"parallelism.zero_stage": 3, "parallelism.num_gpus": 8, "precision": "fp16-mixed"},
+    ),
+    "trl/examples/accelerate_configs/fsdp2.yaml": (
+        MODEL,
+        {
+            "parallelism.strategy": "fsdp",
+            "parallelism.fsdp_sharding_strategy": "FULL_SHARD",
+            "precision": "bf16-mixed",
+            "parallelism.num_gpus": 8,
+        },
+    ),
+    "trl/examples/accelerate_configs/fsdp_qlora.yaml": (
+        MODEL,
+        {"parallelism.strategy": "fsdp", "parallelism.offload_parameters": True, "parallelism.num_gpus": 8},
+    ),
+    "trl/examples/cli_configs/example_config.yaml": (
+        {},
+        {
+            "model.preset": "qwen2.5-0.5b",
+            "micro_batch_size": 8,
+            "sequence_length": 1024,
+            "precision": "bf16-mixed",
+            "activation_checkpointing": "full",
+            "optimizer.name": "adamw",
+            "optimizer.implementation": "fused",
+        },
+    ),
+    "alignment-handbook/recipes/zephyr-7b-beta/sft/config_qlora.yaml": (
+        {},
+        {
+            "model.preset": "mistral-7b",
+            "finetuning.method": "qlora",
+            "finetuning.lora.r": 16,
+            "finetuning.lora.lora_dropout": 0.05,
+            "micro_batch_size": 4,
+            "gradient_accumulation_steps": 2,
+            "sequence_length": 2048,
+            "attention": "flash_attention_2",
+            "precision": "bf16-pure",
+            "finetuning.quantization.double_quant": False,
+            "finetuning.lora.target_modules": [
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ],
+        },
+    ),
+    "alignment-handbook/recipes/zephyr-7b-beta/dpo/config_full.yaml": (
+        {},
+        {
+            "model.preset": "mistral-7b",
+            "micro_batch_size": 16,
+            "gradient_accumulation_steps": 2,
+            "sequence_length": 1024,
+            "optimizer.name": "adamw",
+            "optimizer.implementation": None,
+            "activation_checkpointing": "full",
+            "precision": "bf16-mixed",
+        },
+    ),
+    "alignment-handbook/recipes/llama3-8b/orpo/config_v1.0.yaml": (
+        {},
+        {
+            "model.preset": "llama-3-8b",
+            "micro_batch_size": 8,
+            "sequence_length": 2048,
+            "optimizer.name": "adamw-8bit",
+            "attention": "flash_attention_2",
+            "precision": "bf16-pure",
+        },
+    ),
+    "alignment-handbook/recipes/accelerate_configs/deepspeed_zero3.yaml": (
+        MODEL,
+        {
+            "parallelism.zero_stage": 3,
+            "parallelism.offload_optimizer": True,
+            "parallelism.offload_parameters": True,
+            "parallelism.num_gpus": 1,
+            "precision": "bf16-mixed",
+        },
+    ),
+    "deepspeed/training/tensor_parallel/hf_integration/configs/ds_config.json": (
+        {**MODEL, **BATCH, "precision": "bf16-mixed"},
+        {"parallelism.zero_stage": 2, "optimizer.name": "adamw", "optimizer.implementation": "fused"},
+    ),
+    "peft/tinyllama-adapter_config.json": (
+        {},
+        {
+            "model.preset": "tinyllama-1.1b",
+            "finetuning.method": "lora",
+            "finetuning.lora.r": 16,
+            "finetuning.lora.lora_dropout": 0.05,
+        },
+    ),
+    "peft/llama2-adapter_config.json": (
+        {"model": {"preset": "llama-2-7b"}},
+        {
+            "finetuning.lora.r": 64,
+            "finetuning.lora.target_modules": ["q_proj", "v_proj"],
+            "finetuning.lora.lora_dropout": 0.1,
+        },
+    ),
 }
 WITH_TOY_QWEN3 = {
     "llamafactory/examples/train_lora/qwen3_lora_sft.yaml": {
-        "finetuning.method": "lora", "finetuning.lora.r": 8, "gradient_accumulation_steps": 8, "sequence_length": 2048},
+        "finetuning.method": "lora",
+        "finetuning.lora.r": 8,
+        "gradient_accumulation_steps": 8,
+        "sequence_length": 2048,
+    },
     "llamafactory/examples/train_full/hparam_sweep/qwen3_full_sft_opt_adafactor.yaml": {
-        "optimizer.name": "adafactor", "parallelism.zero_stage": 3, "loss": "chunked", "sequence_length": 32768,
-        "attention": "flash_attention_2"},
+        "optimizer.name": "adafactor",
+        "parallelism.zero_stage": 3,
+        "loss": "chunked",
+        "sequence_length": 32768,
+        "attention": "flash_attention_2",
+    },
 }
 
 

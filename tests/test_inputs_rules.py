@@ -114,8 +114,9 @@ def test_trl_defaults_apply_and_are_reported_with_their_version():
 
 
 def test_plain_training_arguments_keep_transformers_defaults():
-    setup, keys = inputs.read_texts({"args.json": json.dumps({"output_dir": "o", "per_device_train_batch_size": 2})},
-                                 overrides={"model": "gpt2"})
+    setup, keys = inputs.read_texts(
+        {"args.json": json.dumps({"output_dir": "o", "per_device_train_batch_size": 2})}, overrides={"model": "gpt2"}
+    )
     assert keys.files[0].framework.startswith("transformers 5.24")
     assert setup.precision == "fp32" and setup.activation_checkpointing == "none"
     assert setup.optimizer.name == "adamw" and setup.optimizer.implementation == "fused"
@@ -137,15 +138,19 @@ def test_axolotl_defaults():
 
 
 def test_preference_trainers_count_chosen_and_rejected_rows():
-    setup, keys = read(dpo_yaml="model_name_or_path: gpt2\nbeta: 0.1\nmax_prompt_length: 128\n"
-                                "per_device_train_batch_size: 3\nmax_length: 512\n")
+    setup, keys = read(
+        dpo_yaml="model_name_or_path: gpt2\nbeta: 0.1\nmax_prompt_length: 128\n"
+        "per_device_train_batch_size: 3\nmax_length: 512\n"
+    )
     assert setup.micro_batch_size == 6
     assert any("2N rows" in note for note in keys.notes)
 
 
 def test_grpo_counts_prompt_and_completion_tokens():
-    setup, keys = read(grpo_yaml="model_name_or_path: gpt2\nnum_generations: 4\nmax_prompt_length: 256\n"
-                                 "max_completion_length: 768\nper_device_train_batch_size: 4\n")
+    setup, keys = read(
+        grpo_yaml="model_name_or_path: gpt2\nnum_generations: 4\nmax_prompt_length: 256\n"
+        "max_completion_length: 768\nper_device_train_batch_size: 4\n"
+    )
     assert setup.sequence_length == 1024 and setup.micro_batch_size == 4
     assert any("KV cache" in note for note in keys.notes)
 
@@ -166,9 +171,12 @@ def test_liger_maps_to_the_chunked_loss():
 
 @pytest.mark.parametrize(
     "extra, key",
-    [("packing: false\npadding_free: true\n", "padding_free"), ("torch_compile: true\n", "torch_compile"),
-     ("use_peft: true\nuse_dora: true\n", "use_dora"), ("use_peft: true\nlora_modules_to_save: [lm_head]\n",
-                                                         "lora_modules_to_save")],
+    [
+        ("packing: false\npadding_free: true\n", "padding_free"),
+        ("torch_compile: true\n", "torch_compile"),
+        ("use_peft: true\nuse_dora: true\n", "use_dora"),
+        ("use_peft: true\nlora_modules_to_save: [lm_head]\n", "lora_modules_to_save"),
+    ],
 )
 def test_unmodelled_features_say_what_was_assumed(extra, key):
     _, keys = read(sft_yaml="model_name_or_path: gpt2\n" + extra)
@@ -180,11 +188,19 @@ def test_unmodelled_features_say_what_was_assumed(extra, key):
 
 
 def test_deepspeed_auto_is_filled_from_the_trainer_defaults():
-    setup, keys = inputs.read_texts({
-        "sft.yaml": "model_name_or_path: gpt2\ndeepspeed: ds.json\ngradient_accumulation_steps: 4\n",
-        "ds.json": json.dumps({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-                               "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}),
-    })
+    setup, keys = inputs.read_texts(
+        {
+            "sft.yaml": "model_name_or_path: gpt2\ndeepspeed: ds.json\ngradient_accumulation_steps: 4\n",
+            "ds.json": json.dumps(
+                {
+                    "train_micro_batch_size_per_gpu": "auto",
+                    "gradient_accumulation_steps": "auto",
+                    "bf16": {"enabled": "auto"},
+                    "zero_optimization": {"stage": 3},
+                }
+            ),
+        }
+    )
     assert (setup.micro_batch_size, setup.gradient_accumulation_steps, setup.precision) == (8, 4, "bf16-mixed")
     autos = {e.key: e.detail for e in keys.entries if e.value == "auto"}
     assert "TRL 1.16 SFTConfig default" in autos["bf16.enabled"]
@@ -193,19 +209,39 @@ def test_deepspeed_auto_is_filled_from_the_trainer_defaults():
 
 def test_deepspeed_train_batch_size_gives_the_number_of_ranks():
     setup, keys = inputs.read_texts(
-        {"ds.json": json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
-                                "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 1},
-                                "bf16": {"enabled": True}})}, overrides={"model": "gpt2"})
+        {
+            "ds.json": json.dumps(
+                {
+                    "train_batch_size": 64,
+                    "train_micro_batch_size_per_gpu": 2,
+                    "gradient_accumulation_steps": 4,
+                    "zero_optimization": {"stage": 1},
+                    "bf16": {"enabled": True},
+                }
+            )
+        },
+        overrides={"model": "gpt2"},
+    )
     assert setup.parallelism.num_gpus == 8
     assert any("train_batch_size 64" in note for note in keys.notes)
 
 
 def test_a_quantization_config_makes_a_qlora_run():
-    config = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
-              "num_hidden_layers": 2, "num_attention_heads": 4,
-              "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True,
-                                      "bnb_4bit_quant_type": "fp4", "bnb_4bit_use_double_quant": False,
-                                      "bnb_4bit_compute_dtype": "float16"}}
+    config = {
+        "model_type": "llama",
+        "vocab_size": 1000,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "quantization_config": {
+            "quant_method": "bitsandbytes",
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "fp4",
+            "bnb_4bit_use_double_quant": False,
+            "bnb_4bit_compute_dtype": "float16",
+        },
+    }
     setup, keys = inputs.read_texts({"config.json": json.dumps(config)})
     quantization = setup.finetuning.quantization
     assert setup.finetuning.method == "qlora"
@@ -214,18 +250,30 @@ def test_a_quantization_config_makes_a_qlora_run():
 
 
 def test_adapter_and_config_together():
-    config = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
-              "num_hidden_layers": 2, "num_attention_heads": 4}
-    adapter = {"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"], "lora_dropout": 0.0,
-               "base_model_name_or_path": "someone/private-model"}
+    config = {
+        "model_type": "llama",
+        "vocab_size": 1000,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+    }
+    adapter = {
+        "peft_type": "LORA",
+        "r": 4,
+        "target_modules": ["q_proj"],
+        "lora_dropout": 0.0,
+        "base_model_name_or_path": "someone/private-model",
+    }
     setup, _ = inputs.read_texts({"config.json": json.dumps(config), "adapter_config.json": json.dumps(adapter)})
     assert setup.finetuning.method == "lora" and setup.finetuning.lora.r == 4
     assert setup.model.hf_config["hidden_size"] == 64
 
 
 def test_flags_override_files_and_say_so():
-    setup, keys = inputs.read_texts({"sft.yaml": "model_name_or_path: gpt2\nper_device_train_batch_size: 2\n"},
-                                    overrides={"micro_batch_size": 5})
+    setup, keys = inputs.read_texts(
+        {"sft.yaml": "model_name_or_path: gpt2\nper_device_train_batch_size: 2\n"}, overrides={"micro_batch_size": 5}
+    )
     assert setup.micro_batch_size == 5
     assert any("overrides sft.yaml: per_device_train_batch_size" in note for note in keys.notes)
 
@@ -235,8 +283,9 @@ def test_flags_override_files_and_say_so():
 
 def test_cli_prints_the_key_table_and_json_carries_it(tmp_path, capsys):
     trainer = tmp_path / "sft.yaml"
-    trainer.write_text("model_name_or_path: openai-community/gpt2\nmax_length: 256\nlearning_rate: 1.0e-5\n"
-                       "torch_compile: true\n")
+    trainer.write_text(
+        "model_name_or_path: openai-community/gpt2\nmax_length: 256\nlearning_rate: 1.0e-5\ntorch_compile: true\n"
+    )
     assert main(["estimate", str(trainer)]) == 0
     out = capsys.readouterr().out
     assert "Read from your files" in out and "not modelled" in out and "learning_rate" in out

@@ -16,26 +16,52 @@ from trainmem.setup import Setup
 
 SETUPS = {
     "zero3-offload": {
-        "model": "llama-3-8b", "micro_batch_size": 2, "gradient_accumulation_steps": 4, "sequence_length": 4096,
-        "precision": "bf16-mixed", "activation_checkpointing": "full", "optimizer": {"name": "adamw", "implementation": "fused"},
+        "model": "llama-3-8b",
+        "micro_batch_size": 2,
+        "gradient_accumulation_steps": 4,
+        "sequence_length": 4096,
+        "precision": "bf16-mixed",
+        "activation_checkpointing": "full",
+        "optimizer": {"name": "adamw", "implementation": "fused"},
         "parallelism": {"num_gpus": 8, "strategy": "zero", "zero_stage": 3, "offload_optimizer": True},
     },
     "qlora-liger": {
-        "model": "llama-3.2-1b", "micro_batch_size": 4, "sequence_length": 2048, "precision": "bf16-pure",
-        "attention": "flash_attention_2", "optimizer": "paged-adamw-8bit", "activation_checkpointing": "full",
-        "loss": "chunked", "finetuning": {"method": "qlora", "lora": {"r": 32, "target_modules": "all-linear",
-                                                                     "lora_dropout": 0.05}},
+        "model": "llama-3.2-1b",
+        "micro_batch_size": 4,
+        "sequence_length": 2048,
+        "precision": "bf16-pure",
+        "attention": "flash_attention_2",
+        "optimizer": "paged-adamw-8bit",
+        "activation_checkpointing": "full",
+        "loss": "chunked",
+        "finetuning": {"method": "qlora", "lora": {"r": 32, "target_modules": "all-linear", "lora_dropout": 0.05}},
     },
     "fsdp-amsgrad": {
-        "model": "qwen2.5-7b", "micro_batch_size": 1, "gradient_accumulation_steps": 8, "sequence_length": 8192,
-        "precision": "fp16-mixed", "optimizer": "adamw-amsgrad", "activation_checkpointing": "full",
-        "parallelism": {"num_gpus": 4, "strategy": "fsdp", "fsdp_sharding_strategy": "SHARD_GRAD_OP",
-                        "offload_optimizer": True, "offload_parameters": True},
+        "model": "qwen2.5-7b",
+        "micro_batch_size": 1,
+        "gradient_accumulation_steps": 8,
+        "sequence_length": 8192,
+        "precision": "fp16-mixed",
+        "optimizer": "adamw-amsgrad",
+        "activation_checkpointing": "full",
+        "parallelism": {
+            "num_gpus": 4,
+            "strategy": "fsdp",
+            "fsdp_sharding_strategy": "SHARD_GRAD_OP",
+            "offload_optimizer": True,
+            "offload_parameters": True,
+        },
     },
     "ddp-lora-fp32": {
-        "model": "gpt2", "micro_batch_size": 3, "gradient_accumulation_steps": 2, "sequence_length": 512,
-        "precision": "fp32", "optimizer": "sgd", "attention": "eager",
-        "finetuning": {"method": "lora", "lora": {"r": 8, "target_modules": ["c_attn"]}}, "parallelism": {"num_gpus": 2},
+        "model": "gpt2",
+        "micro_batch_size": 3,
+        "gradient_accumulation_steps": 2,
+        "sequence_length": 512,
+        "precision": "fp32",
+        "optimizer": "sgd",
+        "attention": "eager",
+        "finetuning": {"method": "lora", "lora": {"r": 8, "target_modules": ["c_attn"]}},
+        "parallelism": {"num_gpus": 2},
     },
 }
 CASES = [(fmt, name) for fmt in ("trl", "axolotl", "accelerate") for name in SETUPS] + [("deepspeed", "zero3-offload")]
@@ -92,8 +118,11 @@ def test_trainer_files_are_complete_on_their_own(file_format):
 def test_written_files_parse_as_their_format():
     setup = Setup.model_validate(SETUPS["zero3-offload"])
     ds, _ = write(setup, "deepspeed")
-    assert json.loads(ds)["zero_optimization"] == {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
-                                                   "contiguous_gradients": True}
+    assert json.loads(ds)["zero_optimization"] == {
+        "stage": 3,
+        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+        "contiguous_gradients": True,
+    }
     trl = yaml.safe_load(write(setup, "trl")[0])
     assert trl["deepspeed"]["train_micro_batch_size_per_gpu"] == 2 and trl["optim"] == "adamw_torch_fused"
     accelerate = yaml.safe_load(write(setup, "accelerate")[0])
@@ -106,16 +135,44 @@ def test_emit_to_stdout_and_to_a_file(tmp_path, capsys):
     assert yaml.safe_load(captured.out)["per_device_train_batch_size"] == 2
     assert "trainmem: note:" in captured.err
     target = tmp_path / "ds.json"
-    assert main(["estimate", "--preset", "llama-3-8b", "--gpus", "8", "--zero", "2", "--emit", "deepspeed",
-                 "--emit-to", str(target)]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--preset",
+                "llama-3-8b",
+                "--gpus",
+                "8",
+                "--zero",
+                "2",
+                "--emit",
+                "deepspeed",
+                "--emit-to",
+                str(target),
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "Per GPU" in captured.out and f"wrote {target}" in captured.err
     assert json.loads(target.read_text())["zero_optimization"]["stage"] == 2
 
 
 def test_apply_a_suggestion_before_emitting(capsys):
-    argv = ["estimate", "--preset", "llama-3-8b", "--gpus", "8", "--zero", "1", "--mbs", "4", "--seq-len", "4096",
-            "--json"]
+    argv = [
+        "estimate",
+        "--preset",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--zero",
+        "1",
+        "--mbs",
+        "4",
+        "--seq-len",
+        "4096",
+        "--json",
+    ]
     assert main(argv) == 0
     suggestions = json.loads(capsys.readouterr().out)["suggestions"]
     assert suggestions

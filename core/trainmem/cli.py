@@ -25,7 +25,6 @@ from .errors import one_line
 from .files import read_json_file
 from .inputs.record import InputError
 from .patch import merge_patch
-from .render import render_report
 
 
 class _OneLineParser(argparse.ArgumentParser):

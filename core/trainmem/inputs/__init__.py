@@ -43,16 +43,18 @@ MAX_FILES = 16
 """Files read in one go, named ones and linked ones together (a run has a handful)."""
 
 
-def read(*paths: Union[str, os.PathLike], kind: Optional[str] = None,
-         overrides: Optional[dict[str, Any]] = None) -> tuple[Any, KeyReport]:
+def read(
+    *paths: Union[str, os.PathLike], kind: Optional[str] = None, overrides: Optional[dict[str, Any]] = None
+) -> tuple[Any, KeyReport]:
     """The Setup and the key report of the files at ``paths``; ``overrides`` (a setup patch) wins over them."""
     if not paths:
         raise InputError("give at least one file")
     return _read(FileSource(), [os.fspath(p) for p in paths], kind, overrides or {})
 
 
-def read_texts(texts: dict[str, str], kind: Optional[str] = None,
-               overrides: Optional[dict[str, Any]] = None) -> tuple[Any, KeyReport]:
+def read_texts(
+    texts: dict[str, str], kind: Optional[str] = None, overrides: Optional[dict[str, Any]] = None
+) -> tuple[Any, KeyReport]:
     """As :func:`read`, for files given as ``{filename: text}`` (the web page has no file system)."""
     if not texts:
         raise InputError("give at least one file")
@@ -77,26 +79,38 @@ def _read(source: Source, names: list[str], kind: Optional[str], overrides: dict
                 f"{document.name}: cannot tell what kind of file this is; give --from KIND (allowed: {', '.join(KINDS)})"
             )
         if not isinstance(document.data, dict):
-            raise InputError(f"{document.name}: must hold a mapping of keys to values, not {type(document.data).__name__}")
+            raise InputError(
+                f"{document.name}: must hold a mapping of keys to values, not {type(document.data).__name__}"
+            )
         if file_kind == "setup":
             from ..patch import merge_patch
 
             base = merge_patch(base, document.data)
-            files.append(InputFile(name=document.name, kind="setup", framework="trainmem setup",
-                                   linked_from=document.linked_from))
+            files.append(
+                InputFile(
+                    name=document.name, kind="setup", framework="trainmem setup", linked_from=document.linked_from
+                )
+            )
             continue
-        recorder = Recorder(file=document.name, kind=file_kind, data=document.data,
-                            framework=_framework(file_kind, document.data))
+        recorder = Recorder(
+            file=document.name, kind=file_kind, data=document.data, framework=_framework(file_kind, document.data)
+        )
         READERS[file_kind](recorder)
         if file_kind == "trl":
             recorder.finish()
         recorders.append(recorder)
-        files.append(InputFile(name=document.name, kind=file_kind, framework=recorder.framework,
-                               linked_from=document.linked_from))
+        files.append(
+            InputFile(
+                name=document.name, kind=file_kind, framework=recorder.framework, linked_from=document.linked_from
+            )
+        )
         for link in recorder.links:
             if isinstance(link.reference, dict):
-                linked = Document(name=f"{document.name} ({link.key})", data=link.reference,
-                                  linked_from=f"{document.name}: {link.key}")
+                linked = Document(
+                    name=f"{document.name} ({link.key})",
+                    data=link.reference,
+                    linked_from=f"{document.name}: {link.key}",
+                )
             elif isinstance(link.reference, str):
                 linked = source.find(link.reference, document, link.key)
             else:

@@ -39,8 +39,9 @@ def read_accelerate(rec: Recorder) -> None:
         name = str(precision).lower()
         if name not in PRECISIONS:
             raise InputError(f"{rec.file}: mixed_precision: must be one of no, fp16, bf16, fp8; got {precision!r}")
-        rec.set("mixed_precision", "precision", PRECISIONS[name],
-                "fp8 through Transformer Engine" if name == "fp8" else "")
+        rec.set(
+            "mixed_precision", "precision", PRECISIONS[name], "fp8 through Transformer Engine" if name == "fp8" else ""
+        )
     if rec.get("use_cpu") is True:
         rec.unmodelled("use_cpu", "trains on the CPU: trainmem still reports GPU memory")
     elif rec.get("use_cpu") is not None:
@@ -73,19 +74,27 @@ def read_deepspeed_section(rec: Recorder) -> None:
         if stage not in (0, 1, 2, 3):
             raise InputError(f"{rec.file}: {base}.zero_stage: must be 0, 1, 2 or 3, got {stage!r}")
         rec.set(f"{base}.zero_stage", "parallelism.zero_stage", stage)
-    for name, setup_field in (("offload_optimizer_device", "parallelism.offload_optimizer"),
-                              ("offload_param_device", "parallelism.offload_parameters")):
+    for name, setup_field in (
+        ("offload_optimizer_device", "parallelism.offload_optimizer"),
+        ("offload_param_device", "parallelism.offload_parameters"),
+    ):
         if name in section:
             device = str(section[name]).lower()
             rec.set(f"{base}.{name}", setup_field, device in ("cpu", "nvme"))
     if "gradient_accumulation_steps" in section:
         steps = section["gradient_accumulation_steps"]
         if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1:
-            rec.modelled(f"{base}.gradient_accumulation_steps",
-                         f"gradient_accumulation_steps = {steps} unless the trainer file sets it (TrainingArguments win)")
-            rec.default("gradient_accumulation_steps", steps, f"{base}.gradient_accumulation_steps", "the Accelerate config")
+            rec.modelled(
+                f"{base}.gradient_accumulation_steps",
+                f"gradient_accumulation_steps = {steps} unless the trainer file sets it (TrainingArguments win)",
+            )
+            rec.default(
+                "gradient_accumulation_steps", steps, f"{base}.gradient_accumulation_steps", "the Accelerate config"
+            )
         else:
-            raise InputError(f"{rec.file}: {base}.gradient_accumulation_steps: must be a positive integer, got {steps!r}")
+            raise InputError(
+                f"{rec.file}: {base}.gradient_accumulation_steps: must be a positive integer, got {steps!r}"
+            )
     if "gradient_clipping" in section:
         rec.neutral(f"{base}.gradient_clipping")
     rec.finish(base)

@@ -26,9 +26,18 @@ ATTENTION_FLAGS = {
     "flex_attention": "sdpa",
     "eager_attention": "eager",
 }
-ATTENTION_WORDS = {"flash": "flash_attention_2", "fa2": "flash_attention_2", "sdpa": "sdpa", "eager": "eager",
-                   "xformers": "sdpa", "flex": "sdpa", "flex_attention": "sdpa", "sage": "sdpa",
-                   "flash_attention_3": "flash_attention_2", "flash_attention_4": "flash_attention_2"}
+ATTENTION_WORDS = {
+    "flash": "flash_attention_2",
+    "fa2": "flash_attention_2",
+    "sdpa": "sdpa",
+    "eager": "eager",
+    "xformers": "sdpa",
+    "flex": "sdpa",
+    "flex_attention": "sdpa",
+    "sage": "sdpa",
+    "flash_attention_3": "flash_attention_2",
+    "flash_attention_4": "flash_attention_2",
+}
 NOT_MODELLED = {
     "lora_modules_to_save": "trained full copies of these modules are not counted",
     "peft_use_dora": "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA",
@@ -83,7 +92,9 @@ def read_method(rec: Recorder) -> None:
             rec.neutral(key, "off")
     if adapter is None:
         if bits:
-            raise InputError(f"{rec.file}: load_in_{bits}bit: a quantized base trains only adapters; set adapter: qlora")
+            raise InputError(
+                f"{rec.file}: load_in_{bits}bit: a quantized base trains only adapters; set adapter: qlora"
+            )
         for key in ("lora_r", "lora_dropout", "lora_target_modules", "lora_target_linear"):
             if rec.get(key) is not None:
                 rec.neutral(key, "no adapter")
@@ -94,8 +105,7 @@ def read_method(rec: Recorder) -> None:
     if adapter == "qlora" and bits is None:
         bits = 4
     method = "qlora" if bits else "lora"
-    rec.set("adapter", "finetuning.method", method,
-            "an 8-bit base (LLM.int8) with LoRA" if bits == 8 else "")
+    rec.set("adapter", "finetuning.method", method, "an 8-bit base (LLM.int8) with LoRA" if bits == 8 else "")
     if bits:
         key = f"load_in_{bits}bit" if rec.has(f"load_in_{bits}bit") else "adapter"
         rec.contributions.append(Contribution("finetuning.quantization.bits", bits, rec.file, key))
@@ -144,22 +154,35 @@ def read_batch(rec: Recorder) -> None:
         rec.modelled("pad_to_sequence_len", "rows of sequence_len tokens, as trainmem assumes")
     optimizer = rec.get("optimizer")
     arguments = rec.get("optim_args")
-    amsgrad = (arguments.get("amsgrad") in (True, "True", "true") if isinstance(arguments, dict)
-               else "amsgrad=true" in str(arguments or "").replace(" ", "").lower())
+    amsgrad = (
+        arguments.get("amsgrad") in (True, "True", "true")
+        if isinstance(arguments, dict)
+        else "amsgrad=true" in str(arguments or "").replace(" ", "").lower()
+    )
     if arguments is not None:
         rec.modelled("optim_args", "amsgrad=True: a third optimizer state") if amsgrad else rec.neutral("optim_args")
     if optimizer is not None:
         set_optimizer(rec, "optimizer", str(optimizer), amsgrad)
     else:
         entry = trainer_optimizer("adamw_torch_fused")
-        rec.default("optimizer", {"name": entry.optimizer, "implementation": entry.implementation}, "optimizer",
-                    f"{AXOLOTL_VERSION} utils/schemas/training.py")
+        rec.default(
+            "optimizer",
+            {"name": entry.optimizer, "implementation": entry.implementation},
+            "optimizer",
+            f"{AXOLOTL_VERSION} utils/schemas/training.py",
+        )
     checkpointing = rec.get("gradient_checkpointing")
     if checkpointing is None:
-        rec.default("activation_checkpointing", "none", "gradient_checkpointing", f"{AXOLOTL_VERSION} utils/schemas/config.py")
+        rec.default(
+            "activation_checkpointing", "none", "gradient_checkpointing", f"{AXOLOTL_VERSION} utils/schemas/config.py"
+        )
     elif checkpointing in ("offload", "offload_disk"):
-        rec.set("gradient_checkpointing", "activation_checkpointing", "full",
-                f"{checkpointing!r}: checkpoints offloaded off the GPU are not modelled, assumed kept on the GPU")
+        rec.set(
+            "gradient_checkpointing",
+            "activation_checkpointing",
+            "full",
+            f"{checkpointing!r}: checkpoints offloaded off the GPU are not modelled, assumed kept on the GPU",
+        )
     else:
         rec.set("gradient_checkpointing", "activation_checkpointing", "full" if checkpointing else "none")
     if rec.get("gradient_checkpointing_kwargs") is not None:
@@ -181,8 +204,12 @@ def read_precision(rec: Recorder) -> None:
     bf16, fp16 = rec.get("bf16"), rec.get("fp16")
     if rec.get("bfloat16") is True or rec.get("float16") is True:
         key = "bfloat16" if rec.get("bfloat16") is True else "float16"
-        rec.set(key, "precision", "bf16-pure" if key == "bfloat16" else "fp16-mixed",
-                "weights, gradients and optimizer states in 16 bits")
+        rec.set(
+            key,
+            "precision",
+            "bf16-pure" if key == "bfloat16" else "fp16-mixed",
+            "weights, gradients and optimizer states in 16 bits",
+        )
         return
     if bf16 is True or bf16 == "auto" and fp16 is not True:
         rec.facts["base_dtype"] = "bf16"

@@ -58,8 +58,9 @@ def run_estimate(args: argparse.Namespace, setup_from_arguments: Callable, flag_
     return 1 if args.fail_if_not_fit and not report.fit.fits else 0
 
 
-def setup_and_keys(args: argparse.Namespace, setup_from_arguments: Callable,
-                   flag_patch: Callable) -> tuple[Any, Optional[KeyReport]]:
+def setup_and_keys(
+    args: argparse.Namespace, setup_from_arguments: Callable, flag_patch: Callable
+) -> tuple[Any, Optional[KeyReport]]:
     """The setup (a dict or a Setup) and, when trainer files were read, their key report."""
     files = list(args.files or [])
     if not files or args.from_kind == "setup" or (len(files) == 1 and args.from_kind is None and _is_setup(files[0])):
@@ -77,8 +78,11 @@ def apply_suggestion(number: Optional[int], report: Any) -> tuple[Any, Optional[
 
     count = len(report.suggestions)
     if not 1 <= number <= count:
-        raise InputError(f"apply: the report has {count} suggestion(s); give --apply 1 to {count}" if count
-                         else "apply: the report has no suggestions")
+        raise InputError(
+            f"apply: the report has {count} suggestion(s); give --apply 1 to {count}"
+            if count
+            else "apply: the report has no suggestions"
+        )
     suggestion = report.suggestions[number - 1]
     return estimate(merge_patch(report.setup.model_dump(mode="json"), suggestion.setup_patch)), suggestion.title
 

@@ -66,7 +66,10 @@ def read_deepspeed(rec: Recorder) -> None:
     if isinstance(optimizer, dict):
         read_optimizer(rec, optimizer)
     for key, assumption in (
-        ("activation_checkpointing", "DeepSpeed's own checkpointing (Megatron-DeepSpeed): the trainer's setting applies"),
+        (
+            "activation_checkpointing",
+            "DeepSpeed's own checkpointing (Megatron-DeepSpeed): the trainer's setting applies",
+        ),
         ("tensor_parallel", "AutoTP: assumed no tensor parallelism (give --tp)"),
         ("pipeline", "assumed no pipeline parallelism"),
         ("sequence_parallel_size", "assumed no sequence parallelism"),
@@ -89,14 +92,16 @@ def read_batch(rec: Recorder) -> None:
             rec.auto(key, setup_field)
         elif value is not None:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"{rec.file}: {key}: must be a positive integer or \"auto\", got {value!r}")
+                raise InputError(f'{rec.file}: {key}: must be a positive integer or "auto", got {value!r}')
             rec.set(key, setup_field, value)
     total = rec.get("train_batch_size")
     if total == "auto":
         rec.neutral("train_batch_size", "auto: micro-batch × accumulation × data-parallel ranks")
     elif total is not None:
         rec.facts["train_batch_size"] = total
-        rec.modelled("train_batch_size", "with the micro-batch and accumulation, gives the number of data-parallel ranks")
+        rec.modelled(
+            "train_batch_size", "with the micro-batch and accumulation, gives the number of data-parallel ranks"
+        )
 
 
 def read_precision(rec: Recorder) -> None:
@@ -119,7 +124,7 @@ def read_precision(rec: Recorder) -> None:
     elif "auto" in values:
         for key in keys:
             rec.auto(key, "precision")
-        rec._seen.update(keys)
+        rec.mark(keys)
     else:
         key = keys[0] if keys else "bf16"
         rec.set(key, "precision", "fp32")
@@ -143,22 +148,27 @@ def read_zero(rec: Recorder, zero: dict[str, Any]) -> None:
         rec.set("zero_optimization.stage", "parallelism.zero_stage", stage)
     else:
         rec.default("parallelism.zero_stage", 0, "zero_optimization.stage", DEEPSPEED_VERSION)
-    for section, setup_field in (("offload_optimizer", "parallelism.offload_optimizer"),
-                                 ("offload_param", "parallelism.offload_parameters")):
+    for section, setup_field in (
+        ("offload_optimizer", "parallelism.offload_optimizer"),
+        ("offload_param", "parallelism.offload_parameters"),
+    ):
         value = zero.get(section)
         key = f"zero_optimization.{section}"
         if isinstance(value, dict):
             device = str(value.get("device", "none")).lower()
             if device in ("cpu", "nvme"):
-                rec.set(f"{key}.device", setup_field, True,
-                        "NVMe: off the GPU like CPU offload" if device == "nvme" else "")
+                rec.set(
+                    f"{key}.device", setup_field, True, "NVMe: off the GPU like CPU offload" if device == "nvme" else ""
+                )
             else:
                 rec.set(f"{key}.device", setup_field, False)
             rec.finish(key)
         elif value is not None:
             rec.unmodelled(key, "expected an object with a device")
     if zero.get("cpu_offload") is True:
-        rec.set("zero_optimization.cpu_offload", "parallelism.offload_optimizer", True, "old spelling of offload_optimizer")
+        rec.set(
+            "zero_optimization.cpu_offload", "parallelism.offload_optimizer", True, "old spelling of offload_optimizer"
+        )
     for name in BUCKET_DEFAULTS:
         if name in zero:
             read_bucket(rec, name, zero[name])
@@ -178,7 +188,7 @@ def read_bucket(rec: Recorder, name: str, value: Any) -> None:
     key = f"zero_optimization.{name}"
     default = BUCKET_DEFAULTS[name]
     if value == "auto":
-        rec._seen.add(key)
+        rec.mark(key)
         rec.facts.setdefault("hidden_size_autos", []).append(key)
         rec.entries.append(_pending_auto(rec, key))
     elif isinstance(value, (int, float)) and float(value) == default:
@@ -223,8 +233,13 @@ def _offloads_optimizer(rec: Recorder) -> bool:
 def _pending_auto(rec: Recorder, key: str):
     from .record import KeyEntry
 
-    return KeyEntry(file=rec.file, key=key, value="auto", status="not modelled",
-                    detail="auto: filled from the model's hidden_size by the Hugging Face integration")
+    return KeyEntry(
+        file=rec.file,
+        key=key,
+        value="auto",
+        status="not modelled",
+        detail="auto: filled from the model's hidden_size by the Hugging Face integration",
+    )
 
 
 def _flatten(data: Any, prefix: str = "") -> set[str]:

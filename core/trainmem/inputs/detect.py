@@ -20,7 +20,13 @@ from __future__ import annotations
 from typing import Any
 
 KINDS = ("trl", "deepspeed", "accelerate", "axolotl", "llamafactory", "peft", "model", "setup")
-KIND_ALIASES = {"hf": "trl", "transformers": "trl", "ds": "deepspeed", "llama-factory": "llamafactory", "config": "model"}
+KIND_ALIASES = {
+    "hf": "trl",
+    "transformers": "trl",
+    "ds": "deepspeed",
+    "llama-factory": "llamafactory",
+    "config": "model",
+}
 
 _MODEL_SHAPE_KEYS = ("hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "text_config")
 _TRAINER_KEYS = (

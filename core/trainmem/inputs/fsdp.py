@@ -17,7 +17,9 @@ SHARDING_BY_NUMBER = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HY
 NEUTRAL = {"state_dict_type", "sync_module_states", "cpu_ram_efficient_loading", "use_orig_params", "limit_all_gathers"}
 
 
-def apply_fsdp_config(rec: Recorder, section: str, config: dict[str, Any], strategy: str, explicit_strategy: bool) -> None:
+def apply_fsdp_config(
+    rec: Recorder, section: str, config: dict[str, Any], strategy: str, explicit_strategy: bool
+) -> None:
     """Record ``config`` (the dict at ``section``) as FSDP parallelism settings."""
     chosen = strategy
     strategy_key = None
@@ -36,8 +38,12 @@ def apply_fsdp_config(rec: Recorder, section: str, config: dict[str, Any], strat
             chosen, strategy_key = ("FULL_SHARD" if value else "SHARD_GRAD_OP"), key
         elif short == "offload_params":
             if value:
-                rec.set(key, "parallelism.offload_parameters", True,
-                        "CPUOffload keeps parameters and gradients on the host and steps the optimizer there")
+                rec.set(
+                    key,
+                    "parallelism.offload_parameters",
+                    True,
+                    "CPUOffload keeps parameters and gradients on the host and steps the optimizer there",
+                )
                 rec.contributions.append(Contribution("parallelism.offload_optimizer", True, rec.file, key))
             else:
                 rec.neutral(key, "off")

@@ -25,7 +25,13 @@ from .trainer_args import (
 )
 
 LLAMAFACTORY_VERSION = "LLaMA-Factory 0.9.5"
-ATTENTION = {"auto": "sdpa", "disabled": "eager", "sdpa": "sdpa", "fa2": "flash_attention_2", "fa3": "flash_attention_2"}
+ATTENTION = {
+    "auto": "sdpa",
+    "disabled": "eager",
+    "sdpa": "sdpa",
+    "fa2": "flash_attention_2",
+    "fa3": "flash_attention_2",
+}
 NOT_MODELLED = {
     "additional_target": "trained full copies of these modules are not counted",
     "use_dora": "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA",
@@ -48,9 +54,21 @@ NOT_MODELLED = {
     "fp8": "fp8 training: assumed the bf16 recipe",
     "sequence_parallel_size": "sequence parallelism: assumed none",
 }
-GALORE_KEYS = ("galore_target", "galore_rank", "galore_update_interval", "galore_scale", "galore_proj_type",
-               "galore_layerwise", "apollo_target", "apollo_rank", "apollo_scale", "badam_mode", "badam_switch_mode",
-               "badam_switch_interval", "badam_update_ratio")
+GALORE_KEYS = (
+    "galore_target",
+    "galore_rank",
+    "galore_update_interval",
+    "galore_scale",
+    "galore_proj_type",
+    "galore_layerwise",
+    "apollo_target",
+    "apollo_rank",
+    "apollo_scale",
+    "badam_mode",
+    "badam_switch_mode",
+    "badam_switch_interval",
+    "badam_update_ratio",
+)
 
 
 def read_llamafactory(rec: Recorder) -> None:
@@ -69,8 +87,9 @@ def read_llamafactory(rec: Recorder) -> None:
     checkpointing_on = rec.get("disable_gradient_checkpointing") is not True
     if rec.get("disable_gradient_checkpointing") is not None:
         rec.modelled("disable_gradient_checkpointing", "decides activation checkpointing")
-    defaults = TrainerDefaults(f"{LLAMAFACTORY_VERSION} (gradient checkpointing on by default)", checkpointing_on,
-                               False, 2048, "cutoff_len")
+    defaults = TrainerDefaults(
+        f"{LLAMAFACTORY_VERSION} (gradient checkpointing on by default)", checkpointing_on, False, 2048, "cutoff_len"
+    )
     if rec.get("pure_bf16") is True:
         rec.set("pure_bf16", "precision", "bf16-pure", "no AMP, no fp32 copies")
         for key in ("bf16", "fp16"):
@@ -102,8 +121,13 @@ def read_method(rec: Recorder) -> None:
         rec.unmodelled("finetuning_type", f"{method!r}: assumed {'LoRA' if method == 'oft' else 'full fine-tuning'}")
         method = "lora" if method == "oft" else "full"
     if method == "lora":
-        rec.facts["base_dtype"] = "bf16" if rec.get("bf16") is True or rec.get("pure_bf16") is True else \
-            "fp16" if rec.get("fp16") is True else "bf16"
+        rec.facts["base_dtype"] = (
+            "bf16"
+            if rec.get("bf16") is True or rec.get("pure_bf16") is True
+            else "fp16"
+            if rec.get("fp16") is True
+            else "bf16"
+        )
     name = "qlora" if method == "lora" and bits else method
     if rec.seen("finetuning_type"):
         rec.contributions.append(Contribution("finetuning.method", name, rec.file, "finetuning_type"))
@@ -121,7 +145,9 @@ def read_method(rec: Recorder) -> None:
             if rec.get("quantization_type") is not None:
                 rec.set("quantization_type", "finetuning.quantization.quant_type", str(rec.get("quantization_type")))
             if rec.get("double_quantization") is not None:
-                rec.set("double_quantization", "finetuning.quantization.double_quant", bool(rec.get("double_quantization")))
+                rec.set(
+                    "double_quantization", "finetuning.quantization.double_quant", bool(rec.get("double_quantization"))
+                )
     if method != "lora":
         for key in ("lora_rank", "lora_target", "lora_dropout"):
             if rec.get(key) is not None:
@@ -138,15 +164,23 @@ def read_method(rec: Recorder) -> None:
     if rec.get("lora_dropout") is not None:
         rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
     else:
-        rec.default("finetuning.lora.lora_dropout", 0.0, "lora_dropout", f"{LLAMAFACTORY_VERSION} hparams/finetuning_args.py")
+        rec.default(
+            "finetuning.lora.lora_dropout", 0.0, "lora_dropout", f"{LLAMAFACTORY_VERSION} hparams/finetuning_args.py"
+        )
 
 
 def read_features(rec: Recorder) -> None:
     for key in ("packing", "neat_packing"):
         if rec.get(key) is True:
-            rec.modelled(key, "packed rows of cutoff_len tokens, as trainmem counts"
-                         + ("; no cross-attention between samples (block-diagonal mask) is not modelled"
-                            if key == "neat_packing" else ""))
+            rec.modelled(
+                key,
+                "packed rows of cutoff_len tokens, as trainmem counts"
+                + (
+                    "; no cross-attention between samples (block-diagonal mask) is not modelled"
+                    if key == "neat_packing"
+                    else ""
+                ),
+            )
         elif rec.get(key) is not None:
             rec.neutral(key, "off: rows padded, trainmem assumes each row cutoff_len tokens (an upper bound)")
     key = "flash_attn" if rec.get("flash_attn") is not None else "attn"  # newer LLaMA-Factory spells it attn
@@ -156,7 +190,9 @@ def read_features(rec: Recorder) -> None:
         if attention is None:
             rec.unmodelled(key, f"{value!r}: assumed sdpa")
         else:
-            rec.set(key, "attention", attention, "auto: transformers picks SDPA" if str(value).lower() == "auto" else "")
+            rec.set(
+                key, "attention", attention, "auto: transformers picks SDPA" if str(value).lower() == "auto" else ""
+            )
     else:
         rec.default("attention", "sdpa", "flash_attn", f"{LLAMAFACTORY_VERSION} (flash_attn auto: SDPA)")
     if rec.get("enable_liger_kernel") is not None:

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from ..errors import format_validation_error
 from ..patch import merge_patch
 from ..setup import Setup
-from .record import Contribution, InputError, InputFile, KeyEntry, KeyReport, Recorder, _short
+from .record import Contribution, InputError, InputFile, KeyEntry, KeyReport, Recorder, short_value
 
 FLAGS = {
     "micro_batch_size": "--micro-batch-size",
@@ -37,8 +37,9 @@ FLAGS = {
 KIND_ORDER = ("setup", "trl", "axolotl", "llamafactory", "deepspeed", "accelerate", "peft", "model")
 
 
-def merge(recorders: list[Recorder], base: dict[str, Any], overrides: dict[str, Any],
-          files: list[InputFile]) -> tuple[Setup, KeyReport]:
+def merge(
+    recorders: list[Recorder], base: dict[str, Any], overrides: dict[str, Any], files: list[InputFile]
+) -> tuple[Setup, KeyReport]:
     ordered = sorted(recorders, key=lambda r: KIND_ORDER.index(r.kind))
     contributions = [c for r in ordered for c in r.contributions]
     facts = _facts(ordered)
@@ -48,17 +49,25 @@ def merge(recorders: list[Recorder], base: dict[str, Any], overrides: dict[str, 
     flat_overrides = _flatten(overrides)
     flat_base = _flatten(base)
     entries += _fill_autos(recorders, chosen, flat_base, flat_overrides)
-    entries += [_default_entry(c) for c in chosen.values() if c.default and c.field not in flat_overrides
-                and c.field not in flat_base]
+    entries += [
+        _default_entry(c)
+        for c in chosen.values()
+        if c.default and c.field not in flat_overrides and c.field not in flat_base
+    ]
     values = {field: c.value for field, c in chosen.items() if not (c.default and field in flat_base)}
     notes += _apply_rules(values, facts, chosen, flat_overrides)
     _report_unresolved_model(values, facts, base, overrides)
     for field, value in flat_overrides.items():
         if field in chosen and not chosen[field].default and chosen[field].value != value:
             c = chosen[field]
-            notes.append(f"{field}: the command line's {_short(value)} overrides {c.file}: {c.key} = {_short(c.value)}")
-    if "parallelism.num_gpus" not in values and "parallelism.num_gpus" not in flat_overrides \
-            and "parallelism.num_gpus" not in flat_base:
+            notes.append(
+                f"{field}: the command line's {short_value(value)} overrides {c.file}: {c.key} = {short_value(c.value)}"
+            )
+    if (
+        "parallelism.num_gpus" not in values
+        and "parallelism.num_gpus" not in flat_overrides
+        and "parallelism.num_gpus" not in flat_base
+    ):
         strategy = values.get("parallelism.strategy")
         if strategy in ("zero", "fsdp"):
             notes.append("the number of GPUs is not in the files: trainmem assumed 1 (give --gpus N)")
@@ -96,8 +105,8 @@ def _choose(contributions: list[Contribution]) -> dict[str, Contribution]:
             chosen[c.field] = _more_specific_model(previous, c)
         elif previous.value != c.value:
             raise InputError(
-                f"{c.file}: {c.key} = {_short(c.value)} contradicts {previous.file}: {previous.key} = "
-                f"{_short(previous.value)} (both set {c.field}); make them agree"
+                f"{c.file}: {c.key} = {short_value(c.value)} contradicts {previous.file}: {previous.key} = "
+                f"{short_value(previous.value)} (both set {c.field}); make them agree"
             )
     for c in contributions:
         if c.default and c.field not in chosen:
@@ -114,13 +123,14 @@ def _more_specific_model(a: Contribution, b: Contribution) -> Contribution:
     if a_config or a.value == b.value:
         return a
     raise InputError(
-        f"{b.file}: {b.key} = {_short(b.value)} contradicts {a.file}: {a.key} = {_short(a.value)} (two models); "
+        f"{b.file}: {b.key} = {short_value(b.value)} contradicts {a.file}: {a.key} = {short_value(a.value)} (two models); "
         "make them agree"
     )
 
 
-def _fill_autos(recorders: list[Recorder], chosen: dict[str, Contribution], base: dict[str, Any],
-                overrides: dict[str, Any]) -> list[KeyEntry]:
+def _fill_autos(
+    recorders: list[Recorder], chosen: dict[str, Contribution], base: dict[str, Any], overrides: dict[str, Any]
+) -> list[KeyEntry]:
     entries = []
     for r in recorders:
         for auto in r.autos:
@@ -135,57 +145,86 @@ def _fill_autos(recorders: list[Recorder], chosen: dict[str, Contribution], base
             else:
                 flag = FLAGS.get(auto.field, "a flag")
                 raise InputError(
-                    f"{auto.file}: {auto.key}: \"auto\" is filled from the trainer's arguments, and no file or flag "
+                    f'{auto.file}: {auto.key}: "auto" is filled from the trainer\'s arguments, and no file or flag '
                     f"gives {auto.field}; add the trainer file or give {flag}"
                 )
-            entries.append(KeyEntry(file=auto.file, key=auto.key, value="auto", status="modelled",
-                                    detail=f"auto: {auto.field} = {_short(value)}, filled from {source}"))
+            entries.append(
+                KeyEntry(
+                    file=auto.file,
+                    key=auto.key,
+                    value="auto",
+                    status="modelled",
+                    detail=f"auto: {auto.field} = {short_value(value)}, filled from {source}",
+                )
+            )
     return entries
 
 
 def _default_entry(c: Contribution) -> KeyEntry:
-    return KeyEntry(file=c.file, key=c.key, value=None, status="modelled", default=True,
-                    detail=f"not in the file: {c.label} default, {c.field} = {_short(c.value)}")
+    return KeyEntry(
+        file=c.file,
+        key=c.key,
+        value=None,
+        status="modelled",
+        default=True,
+        detail=f"not in the file: {c.label} default, {c.field} = {short_value(c.value)}",
+    )
 
 
-def _apply_rules(values: dict[str, Any], facts: dict[str, Any], chosen: dict[str, Contribution],
-                 overrides: dict[str, Any]) -> list[str]:
+def _apply_rules(
+    values: dict[str, Any], facts: dict[str, Any], chosen: dict[str, Contribution], overrides: dict[str, Any]
+) -> list[str]:
     notes = []
     rows = facts.get("rows_per_example", 1)
     if rows > 1 and "micro_batch_size" in values and "micro_batch_size" not in overrides:
         values["micro_batch_size"] = values["micro_batch_size"] * rows
-        notes.append(f"micro_batch_size = {values['micro_batch_size']}: {rows} rows (chosen and rejected) per example "
-                     f"of {facts['rows_per_example@file']}")
+        notes.append(
+            f"micro_batch_size = {values['micro_batch_size']}: {rows} rows (chosen and rejected) per example "
+            f"of {facts['rows_per_example@file']}"
+        )
     if values.get("finetuning.quantization.bits") and values.get("finetuning.method", "full") == "full":
         if facts.get("quantized_base"):
             values["finetuning.method"] = "qlora"
-            notes.append("the model's quantization_config makes the base quantized: trainmem assumed LoRA adapters "
-                         "(QLoRA) with PEFT's defaults; add the adapter_config.json or the trainer file for the rank")
+            notes.append(
+                "the model's quantization_config makes the base quantized: trainmem assumed LoRA adapters "
+                "(QLoRA) with PEFT's defaults; add the adapter_config.json or the trainer file for the rank"
+            )
     if values.get("finetuning.method") == "lora" and values.get("finetuning.quantization.bits"):
         values["finetuning.method"] = "qlora"
     if not values.get("finetuning.quantization.bits") and values.get("finetuning.method") == "qlora":
         values["finetuning.quantization.bits"] = 4
     base_dtype = facts.get("base_dtype")
     strategy = values.get("parallelism.strategy", "ddp")
-    if values.get("precision") == "bf16-mixed" and base_dtype == "bf16" and strategy != "zero" \
-            and "precision" not in overrides:
+    if (
+        values.get("precision") == "bf16-mixed"
+        and base_dtype == "bf16"
+        and strategy != "zero"
+        and "precision" not in overrides
+    ):
         values["precision"] = "bf16-pure"
         method = values.get("finetuning.method", "full")
         what = "the frozen base is" if method in ("lora", "qlora") else "weights, gradients and optimizer states are"
-        notes.append(f"{facts['base_dtype@file']}: the base is loaded in bf16, so {what} bf16: trainmem models the run "
-                     "as bf16-pure" + (" (fp32 adapter copies, under 1% of the memory, counted in bf16)"
-                                       if method in ("lora", "qlora") else ""))
+        notes.append(
+            f"{facts['base_dtype@file']}: the base is loaded in bf16, so {what} bf16: trainmem models the run "
+            "as bf16-pure"
+            + (" (fp32 adapter copies, under 1% of the memory, counted in bf16)" if method in ("lora", "qlora") else "")
+        )
     if "parallelism.num_gpus" not in values and "parallelism.num_gpus" not in overrides:
         total = facts.get("train_batch_size")
         micro, steps = values.get("micro_batch_size"), values.get("gradient_accumulation_steps", 1)
         if isinstance(total, int) and micro and total % (micro * steps) == 0:
             values["parallelism.num_gpus"] = total // (micro * steps)
-            notes.append(f"parallelism.num_gpus = {values['parallelism.num_gpus']}: DeepSpeed's train_batch_size "
-                         f"{total} / (micro-batch {micro} × accumulation {steps})")
+            notes.append(
+                f"parallelism.num_gpus = {values['parallelism.num_gpus']}: DeepSpeed's train_batch_size "
+                f"{total} / (micro-batch {micro} × accumulation {steps})"
+            )
     if values.get("parallelism.strategy") == "ddp" and values.get("parallelism.zero_stage"):
         values["parallelism.strategy"] = "zero"
-    if values.get("parallelism.strategy") != "zero" and "parallelism.zero_stage" in values and \
-            values.get("parallelism.strategy") is not None:
+    if (
+        values.get("parallelism.strategy") != "zero"
+        and "parallelism.zero_stage" in values
+        and values.get("parallelism.strategy") is not None
+    ):
         values.pop("parallelism.zero_stage")
     if values.get("parallelism.strategy") == "fsdp" and "parallelism.fsdp_sharding_strategy" not in values:
         values["parallelism.fsdp_sharding_strategy"] = "FULL_SHARD"
@@ -208,8 +247,11 @@ def _report_unresolved_model(values: dict[str, Any], facts: dict[str, Any], base
 def _locate(error: ValidationError, chosen: dict[str, Contribution]) -> str:
     parts = []
     for path, message in format_validation_error(error):
-        source = chosen.get(path) or next((c for f, c in chosen.items() if path.startswith(f + ".")), None) \
+        source = (
+            chosen.get(path)
+            or next((c for f, c in chosen.items() if path.startswith(f + ".")), None)
             or next((c for f, c in chosen.items() if f.startswith(path + ".")), None)
+        )
         where = f"{source.file}: {source.key}" if source is not None and not source.default else path
         parts.append(f"{where}: {message}" if where == path else f"{where}: {path}: {message}")
     return "; ".join(parts)
@@ -261,4 +303,3 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
         else:
             node[parts[-1]] = value
     return nested
-

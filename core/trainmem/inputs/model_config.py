@@ -18,7 +18,7 @@ def read_model_config(rec: Recorder) -> None:
     config = {k: v for k, v in rec.data.items() if k != "quantization_config"}
     rec.contributions.append(Contribution("model", {"hf_config": config}, rec.file, "(config.json)"))
     rec.entries.append(_whole_file(rec, config))
-    rec._seen.update(k for k in rec.data if k != "quantization_config")
+    rec.mark(k for k in rec.data if k != "quantization_config")
     quantization = rec.get("quantization_config")
     if isinstance(quantization, dict):
         read_quantization(rec, quantization)
@@ -41,20 +41,41 @@ def read_quantization(rec: Recorder, config: dict) -> None:
     if "bnb_4bit_quant_type" in config:
         rec.set(f"{base}.bnb_4bit_quant_type", "finetuning.quantization.quant_type", str(config["bnb_4bit_quant_type"]))
     if "bnb_4bit_use_double_quant" in config:
-        rec.set(f"{base}.bnb_4bit_use_double_quant", "finetuning.quantization.double_quant",
-                bool(config["bnb_4bit_use_double_quant"]))
+        rec.set(
+            f"{base}.bnb_4bit_use_double_quant",
+            "finetuning.quantization.double_quant",
+            bool(config["bnb_4bit_use_double_quant"]),
+        )
     dtype = str(config.get("bnb_4bit_compute_dtype", "")).removeprefix("torch.")
     if dtype in COMPUTE_DTYPES:
         rec.set(f"{base}.bnb_4bit_compute_dtype", "finetuning.quantization.compute_dtype", COMPUTE_DTYPES[dtype])
-    rec.finish(base, frozenset({"quant_method", "load_in_4bit", "load_in_8bit", "llm_int8_threshold",
-                                "llm_int8_skip_modules", "llm_int8_enable_fp32_cpu_offload",
-                                "llm_int8_has_fp16_weight", "bnb_4bit_quant_storage", "_load_in_4bit",
-                                "_load_in_8bit"}))
+    rec.finish(
+        base,
+        frozenset(
+            {
+                "quant_method",
+                "load_in_4bit",
+                "load_in_8bit",
+                "llm_int8_threshold",
+                "llm_int8_skip_modules",
+                "llm_int8_enable_fp32_cpu_offload",
+                "llm_int8_has_fp16_weight",
+                "bnb_4bit_quant_storage",
+                "_load_in_4bit",
+                "_load_in_8bit",
+            }
+        ),
+    )
 
 
 def _whole_file(rec: Recorder, config: dict):
     from .record import KeyEntry
 
     kind = config.get("model_type", "?")
-    return KeyEntry(file=rec.file, key="(whole file)", value=None, status="modelled",
-                    detail=f"model.hf_config: a {kind} architecture, read by trainmem.hf_config")
+    return KeyEntry(
+        file=rec.file,
+        key="(whole file)",
+        value=None,
+        status="modelled",
+        detail=f"model.hf_config: a {kind} architecture, read by trainmem.hf_config",
+    )

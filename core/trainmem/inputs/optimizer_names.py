@@ -39,8 +39,12 @@ def trainer_optimizer(name: str, amsgrad: bool = False) -> Optional[TrainerOptim
     if entry is None:
         return None
     if amsgrad and entry.optimizer in ("adam", "adamw"):
-        return TrainerOptimizer(entry.optimizer + "-amsgrad", entry.implementation, entry.modelled,
-                                entry.note + " with amsgrad=True (a third state, max_exp_avg_sq)")
+        return TrainerOptimizer(
+            entry.optimizer + "-amsgrad",
+            entry.implementation,
+            entry.modelled,
+            entry.note + " with amsgrad=True (a third state, max_exp_avg_sq)",
+        )
     return entry
 
 

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any, Literal, Optional
+from typing import Any, Iterable, Literal, Optional, Union
 
 from pydantic import Field
 
@@ -132,9 +132,16 @@ class Recorder:
     def set(self, key: str, setup_field: str, value: Any, detail: str = "") -> None:
         self._seen.add(key)
         self.contributions.append(Contribution(setup_field, value, self.file, key))
-        text = f"{setup_field} = {_short(value)}"
-        self.entries.append(KeyEntry(file=self.file, key=key, value=_plain(self.get(key)), status=MODELLED,
-                                     detail=f"{text}; {detail}" if detail else text))
+        text = f"{setup_field} = {short_value(value)}"
+        self.entries.append(
+            KeyEntry(
+                file=self.file,
+                key=key,
+                value=_plain(self.get(key)),
+                status=MODELLED,
+                detail=f"{text}; {detail}" if detail else text,
+            )
+        )
 
     def modelled(self, key: str, detail: str) -> None:
         """A key that is modelled without setting a field of its own (it qualifies another key)."""
@@ -159,9 +166,15 @@ class Recorder:
     def seen(self, key: str) -> bool:
         return key in self._seen
 
+    def mark(self, keys: Union[str, Iterable[str]]) -> None:
+        """Keys classed by an entry written directly (or by another key's entry)."""
+        self._seen.update([keys] if isinstance(keys, str) else keys)
+
     def _entry(self, key: str, status: Status, detail: str) -> None:
         self._seen.add(key)
-        self.entries.append(KeyEntry(file=self.file, key=key, value=_plain(self.get(key)), status=status, detail=detail))
+        self.entries.append(
+            KeyEntry(file=self.file, key=key, value=_plain(self.get(key)), status=status, detail=detail)
+        )
 
     # -- the rest -------------------------------------------------------------------------------
 
@@ -201,11 +214,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _short(value: Any) -> str:
+def short_value(value: Any) -> str:
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {short_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
+        return "[" + ", ".join(short_value(v) for v in value) + "]"
     return json.dumps(value) if isinstance(value, str) else str(value)
 
 

@@ -24,7 +24,9 @@ def render_key_report(report: KeyReport) -> str:
             lines.append(_row(entry.status, f"{entry.key} = {_value(entry.value)}", entry.detail))
         defaults = [e for e in entries if e.default]
         for entry in defaults:
-            lines.append(_row("default", f"{entry.key} (not in the file)", entry.detail.removeprefix("not in the file: ")))
+            lines.append(
+                _row("default", f"{entry.key} (not in the file)", entry.detail.removeprefix("not in the file: "))
+            )
         neutral = [e.key for e in entries if e.status == "memory-neutral"]
         if neutral:
             lines.append(f"    {'memory-neutral':<{_STATUS_WIDTH}} " + ", ".join(neutral))

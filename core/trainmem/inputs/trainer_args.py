@@ -58,14 +58,20 @@ attention keep no s×s scores either: trainmem models them as their closest kern
 def read_batch_and_precision(rec: Recorder, defaults: TrainerDefaults) -> None:
     """per_device_train_batch_size, gradient_accumulation_steps, bf16/fp16, checkpointing, optimizer."""
     if rec.has("per_device_train_batch_size"):
-        size = _positive_int(rec, "per_device_train_batch_size")
+        size = positive_int(rec, "per_device_train_batch_size")
         rec.set("per_device_train_batch_size", "micro_batch_size", size)
     else:
         rec.default("micro_batch_size", 8, "per_device_train_batch_size", f"{TRANSFORMERS_VERSION} TrainingArguments")
     if rec.has("gradient_accumulation_steps"):
-        rec.set("gradient_accumulation_steps", "gradient_accumulation_steps", _positive_int(rec, "gradient_accumulation_steps"))
+        rec.set(
+            "gradient_accumulation_steps",
+            "gradient_accumulation_steps",
+            positive_int(rec, "gradient_accumulation_steps"),
+        )
     else:
-        rec.default("gradient_accumulation_steps", 1, "gradient_accumulation_steps", f"{TRANSFORMERS_VERSION} TrainingArguments")
+        rec.default(
+            "gradient_accumulation_steps", 1, "gradient_accumulation_steps", f"{TRANSFORMERS_VERSION} TrainingArguments"
+        )
     read_precision_flags(rec, defaults)
     read_checkpointing(rec, defaults.checkpointing, defaults.label)
     read_optimizer(rec)
@@ -99,8 +105,12 @@ def read_checkpointing(rec: Recorder, default_on: bool, label: str) -> None:
     if keys:
         value = rec.get(keys[0])
         if value not in (True, False):
-            rec.set(keys[0], "activation_checkpointing", "full",
-                    f"{value!r}: offloaded checkpoints are not modelled, assumed kept on the GPU")
+            rec.set(
+                keys[0],
+                "activation_checkpointing",
+                "full",
+                f"{value!r}: offloaded checkpoints are not modelled, assumed kept on the GPU",
+            )
         else:
             rec.set(keys[0], "activation_checkpointing", "full" if value else "none")
         for other in keys[1:]:
@@ -122,8 +132,12 @@ def read_optimizer(rec: Recorder, key: str = "optim") -> None:
         rec.modelled("optim_args", "amsgrad=True: a third optimizer state") if amsgrad else rec.neutral("optim_args")
     if name is None:
         entry = trainer_optimizer("adamw_torch_fused", amsgrad)
-        rec.default("optimizer", {"name": entry.optimizer, "implementation": entry.implementation}, key,
-                    f"{TRANSFORMERS_VERSION} TrainingArguments (adamw_torch_fused)")
+        rec.default(
+            "optimizer",
+            {"name": entry.optimizer, "implementation": entry.implementation},
+            key,
+            f"{TRANSFORMERS_VERSION} TrainingArguments (adamw_torch_fused)",
+        )
         return
     set_optimizer(rec, key, str(name), amsgrad)
 
@@ -138,7 +152,7 @@ def set_optimizer(rec: Recorder, key: str, name: str, amsgrad: bool = False) -> 
         rec.set(key, "optimizer", value, entry.note)
     else:
         rec.unmodelled(key, f"{entry.note} (optimizer = {entry.optimizer})")
-        rec.contributions.append(_contribution(rec, "optimizer", value, key))
+        rec.contributions.append(contribution(rec, "optimizer", value, key))
 
 
 def read_attention(rec: Recorder, key: str) -> None:
@@ -152,7 +166,12 @@ def read_attention(rec: Recorder, key: str) -> None:
 
 def read_liger(rec: Recorder, key: str) -> None:
     if rec.get(key) is True:
-        rec.set(key, "loss", "chunked", "Liger's fused linear cross-entropy; its RMSNorm, SwiGLU and RoPE kernels are not modelled")
+        rec.set(
+            key,
+            "loss",
+            "chunked",
+            "Liger's fused linear cross-entropy; its RMSNorm, SwiGLU and RoPE kernels are not modelled",
+        )
     else:
         rec.neutral(key)
 
@@ -179,15 +198,19 @@ def read_fsdp(rec: Recorder, fsdp_key: str = "fsdp", config_key: str = "fsdp_con
         rec.neutral(config_key, "fsdp_config without fsdp: FSDP is off")
         return
     strategy = "FULL_SHARD"
-    for option, name in (("shard_grad_op", "SHARD_GRAD_OP"), ("hybrid_shard", "HYBRID_SHARD"), ("no_shard", "NO_SHARD")):
+    for option, name in (
+        ("shard_grad_op", "SHARD_GRAD_OP"),
+        ("hybrid_shard", "HYBRID_SHARD"),
+        ("no_shard", "NO_SHARD"),
+    ):
         if option in options:
             strategy = name
     if options:
         rec.set(fsdp_key, "parallelism.strategy", "fsdp")
     read_fsdp_config(rec, config_key, config, strategy, explicit_strategy=bool(options))
     if "offload" in options:
-        rec.contributions.append(_contribution(rec, "parallelism.offload_parameters", True, fsdp_key))
-        rec.contributions.append(_contribution(rec, "parallelism.offload_optimizer", True, fsdp_key))
+        rec.contributions.append(contribution(rec, "parallelism.offload_parameters", True, fsdp_key))
+        rec.contributions.append(contribution(rec, "parallelism.offload_optimizer", True, fsdp_key))
 
 
 def read_fsdp_config(rec: Recorder, section: str, config: dict, strategy: str, explicit_strategy: bool) -> None:
@@ -237,7 +260,7 @@ def read_peft_keys(rec: Recorder) -> None:
             raise InputError(f"{rec.file}: load_in_4bit: a quantized base trains only adapters; set use_peft: true")
         return
     if rec.get("lora_r") is not None:
-        rec.set("lora_r", "finetuning.lora.r", _positive_int(rec, "lora_r"))
+        rec.set("lora_r", "finetuning.lora.r", positive_int(rec, "lora_r"))
     else:
         rec.default("finetuning.lora.r", 16, "lora_r", f"{TRL_VERSION} ModelConfig")
     if rec.get("lora_dropout") is not None:
@@ -250,7 +273,9 @@ def read_peft_keys(rec: Recorder) -> None:
     if rec.get("lora_modules_to_save") is not None:
         rec.unmodelled("lora_modules_to_save", "trained full copies of these modules are not counted")
     if rec.get("use_dora") is True:
-        rec.unmodelled("use_dora", "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA")
+        rec.unmodelled(
+            "use_dora", "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA"
+        )
     elif rec.get("use_dora") is not None:
         rec.neutral("use_dora")
     read_bitsandbytes_keys(rec)
@@ -279,18 +304,14 @@ def lora_targets(value: Any) -> Any:
     return [str(t) for t in value]
 
 
-def _positive_int(rec: Recorder, key: str) -> int:
+def positive_int(rec: Recorder, key: str) -> int:
     value = rec.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
         raise InputError(f"{rec.file}: {key}: must be a positive integer, got {value!r}")
     return int(value)
 
 
-def _contribution(rec: Recorder, setup_field: str, value: Any, key: str):
+def contribution(rec: Recorder, setup_field: str, value: Any, key: str):
     from .record import Contribution
 
     return Contribution(setup_field, value, rec.file, key)
-
-
-positive_int = _positive_int
-contribution = _contribution

@@ -29,8 +29,19 @@ from .trainer_args import (
 )
 
 _TRL_KEYS = {
-    "max_length", "max_seq_length", "packing", "padding_free", "dataset_text_field", "model_name_or_path", "use_peft",
-    "lora_r", "completion_only_loss", "assistant_only_loss", "dataset_name", "use_liger_kernel", "model_init_kwargs",
+    "max_length",
+    "max_seq_length",
+    "packing",
+    "padding_free",
+    "dataset_text_field",
+    "model_name_or_path",
+    "use_peft",
+    "lora_r",
+    "completion_only_loss",
+    "assistant_only_loss",
+    "dataset_name",
+    "use_liger_kernel",
+    "model_init_kwargs",
 }
 
 
@@ -88,13 +99,19 @@ def read_sequence(rec: Recorder, kind: str, defaults) -> None:
                     rec.modelled(other, "part of sequence_length")
         else:
             rec.default("sequence_length", prompt + completion, "max_completion_length", f"{TRL_VERSION} GRPOConfig")
-        rec.notes.append(f"{rec.file}: GRPO generation (vLLM or generate's KV cache) is not modelled; "
-                         "per_device_train_batch_size counts completions (TRL 1.16 GRPOConfig)")
+        rec.notes.append(
+            f"{rec.file}: GRPO generation (vLLM or generate's KV cache) is not modelled; "
+            "per_device_train_batch_size counts completions (TRL 1.16 GRPOConfig)"
+        )
         return
     keys = [k for k in ("max_length", "max_seq_length") if rec.get(k) is not None]
     if keys:
-        rec.set(keys[0], "sequence_length", positive_int(rec, keys[0]),
-                "every row assumed this long (padding or packing fills it)")
+        rec.set(
+            keys[0],
+            "sequence_length",
+            positive_int(rec, keys[0]),
+            "every row assumed this long (padding or packing fills it)",
+        )
         for other in keys[1:]:
             rec.set(other, "sequence_length", positive_int(rec, other))
     elif defaults.sequence_length is not None:
@@ -109,8 +126,10 @@ def read_trainer_features(rec: Recorder) -> None:
     if packing is True:
         rec.modelled("packing", "packed rows are full: micro-batch × max_length tokens, as trainmem assumes")
         if rec.get("padding_free") is not False:
-            rec.notes.append(f"{rec.file}: packing (TRL 1.16 'bfd') trains padding-free with position_ids; "
-                             "trainmem counts the same tokens as padded rows")
+            rec.notes.append(
+                f"{rec.file}: packing (TRL 1.16 'bfd') trains padding-free with position_ids; "
+                "trainmem counts the same tokens as padded rows"
+            )
     elif packing is not None:
         rec.neutral("packing", "off: rows are padded; trainmem assumes each row max_length tokens (an upper bound)")
     if rec.get("packing_strategy") is not None:

@@ -17,22 +17,57 @@ from .hub import hub_id_for_preset
 from .record import InputError
 
 FORMATS = ("deepspeed", "accelerate", "axolotl", "trl")
-FILENAMES = {"deepspeed": "ds_config.json", "accelerate": "accelerate_config.yaml", "axolotl": "axolotl.yaml",
-             "trl": "sft_config.yaml"}
+FILENAMES = {
+    "deepspeed": "ds_config.json",
+    "accelerate": "accelerate_config.yaml",
+    "axolotl": "axolotl.yaml",
+    "trl": "sft_config.yaml",
+}
 
-_COMMON_TRAINER = ["micro_batch_size", "gradient_accumulation_steps", "sequence_length", "precision",
-                   "activation_checkpointing", "attention", "loss", "optimizer", "finetuning.method", "finetuning.lora.r",
-                   "finetuning.lora.target_modules", "finetuning.lora.lora_dropout", "finetuning.quantization.bits",
-                   "finetuning.quantization.quant_type", "finetuning.quantization.double_quant", "model",
-                   "parallelism.strategy", "parallelism.zero_stage", "parallelism.offload_optimizer",
-                   "parallelism.offload_parameters", "parallelism.fsdp_sharding_strategy"]
+_COMMON_TRAINER = [
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+    "sequence_length",
+    "precision",
+    "activation_checkpointing",
+    "attention",
+    "loss",
+    "optimizer",
+    "finetuning.method",
+    "finetuning.lora.r",
+    "finetuning.lora.target_modules",
+    "finetuning.lora.lora_dropout",
+    "finetuning.quantization.bits",
+    "finetuning.quantization.quant_type",
+    "finetuning.quantization.double_quant",
+    "model",
+    "parallelism.strategy",
+    "parallelism.zero_stage",
+    "parallelism.offload_optimizer",
+    "parallelism.offload_parameters",
+    "parallelism.fsdp_sharding_strategy",
+]
 CARRIES = {
-    "deepspeed": ["micro_batch_size", "gradient_accumulation_steps", "precision", "parallelism.strategy",
-                  "parallelism.zero_stage", "parallelism.offload_optimizer", "parallelism.offload_parameters",
-                  "parallelism.num_gpus"],
-    "accelerate": ["parallelism.num_gpus", "parallelism.gpus_per_node", "parallelism.strategy", "parallelism.zero_stage",
-                   "parallelism.offload_optimizer", "parallelism.offload_parameters",
-                   "parallelism.fsdp_sharding_strategy", "precision"],
+    "deepspeed": [
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "precision",
+        "parallelism.strategy",
+        "parallelism.zero_stage",
+        "parallelism.offload_optimizer",
+        "parallelism.offload_parameters",
+        "parallelism.num_gpus",
+    ],
+    "accelerate": [
+        "parallelism.num_gpus",
+        "parallelism.gpus_per_node",
+        "parallelism.strategy",
+        "parallelism.zero_stage",
+        "parallelism.offload_optimizer",
+        "parallelism.offload_parameters",
+        "parallelism.fsdp_sharding_strategy",
+        "precision",
+    ],
     "axolotl": _COMMON_TRAINER,
     "trl": _COMMON_TRAINER,
 }
@@ -45,6 +80,7 @@ def carries(setup: Setup, file_format: str) -> list[str]:
     if file_format == "accelerate" and setup.precision == "bf16-pure":
         fields.remove("precision")  # the training script's model dtype, not the launcher's mixed_precision
     return fields
+
 
 TRAINER_OPTIMIZERS = {
     ("adamw", "fused"): "adamw_torch_fused",
@@ -65,8 +101,12 @@ TRAINER_OPTIMIZERS = {
 
 def write(setup: Setup, file_format: str) -> tuple[str, list[str]]:
     """The text of ``setup`` as a ``file_format`` file, and notes on what it leaves out."""
-    writer = {"deepspeed": write_deepspeed, "accelerate": write_accelerate, "axolotl": write_axolotl,
-              "trl": write_trl}.get(file_format)
+    writer = {
+        "deepspeed": write_deepspeed,
+        "accelerate": write_accelerate,
+        "axolotl": write_axolotl,
+        "trl": write_trl,
+    }.get(file_format)
     if writer is None:
         raise InputError(f"emit: unknown format {file_format!r}; allowed: {', '.join(FORMATS)}")
     return writer(setup)
@@ -80,7 +120,9 @@ def deepspeed_config(setup: Setup, notes: list[str]) -> dict[str, Any]:
     if parallel.strategy != "zero":
         notes.append(f"the setup uses {parallel.strategy}, not ZeRO: written as zero_optimization.stage 0")
     if setup.precision in ("bf16-pure", "amp-bf16", "amp-fp16", "bf16-master-weights-fp32-grads", "fp8-mixed"):
-        notes.append(f"precision {setup.precision}: DeepSpeed runs its own recipe (16-bit weights, fp32 master weights)")
+        notes.append(
+            f"precision {setup.precision}: DeepSpeed runs its own recipe (16-bit weights, fp32 master weights)"
+        )
     zero: dict[str, Any] = {"stage": parallel.zero_stage if parallel.strategy == "zero" else 0}
     if parallel.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
@@ -110,7 +152,8 @@ def write_accelerate(setup: Setup) -> tuple[str, list[str]]:
     parallel = setup.parallelism
     machines = max(1, -(-parallel.num_gpus // parallel.gpus_per_node))
     distributed = {"ddp": "MULTI_GPU" if parallel.num_gpus > 1 else "NO", "zero": "DEEPSPEED", "fsdp": "FSDP"}[
-        parallel.strategy]
+        parallel.strategy
+    ]
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": distributed,
@@ -132,8 +175,10 @@ def write_accelerate(setup: Setup) -> tuple[str, list[str]]:
         }
     if parallel.strategy == "fsdp":
         if parallel.offload_optimizer != parallel.offload_parameters:
-            notes.append("FSDP offloads parameters and optimizer together (CPUOffload): written as fsdp_offload_params "
-                         f"{parallel.offload_parameters}")
+            notes.append(
+                "FSDP offloads parameters and optimizer together (CPUOffload): written as fsdp_offload_params "
+                f"{parallel.offload_parameters}"
+            )
         config["fsdp_config"] = {
             "fsdp_version": 1,
             "fsdp_sharding_strategy": parallel.fsdp_sharding_strategy,
@@ -171,16 +216,18 @@ def write_trl(setup: Setup) -> tuple[str, list[str]]:
     if setup.attention != "sdpa":
         config["attn_implementation"] = {"sdpa-math": "sdpa"}.get(setup.attention, setup.attention)
     config.update(_trl_peft(setup))
-    config.update({
-        "dataset_name": "REPLACE_WITH_A_DATASET",
-        "output_dir": "outputs",
-        "per_device_train_batch_size": setup.micro_batch_size,
-        "gradient_accumulation_steps": setup.gradient_accumulation_steps,
-        "max_length": setup.sequence_length,
-        "bf16": setup.precision.startswith(("bf16", "amp-bf16")),
-        "fp16": setup.precision.startswith(("fp16", "amp-fp16")),
-        "gradient_checkpointing": setup.activation_checkpointing == "full",
-    })
+    config.update(
+        {
+            "dataset_name": "REPLACE_WITH_A_DATASET",
+            "output_dir": "outputs",
+            "per_device_train_batch_size": setup.micro_batch_size,
+            "gradient_accumulation_steps": setup.gradient_accumulation_steps,
+            "max_length": setup.sequence_length,
+            "bf16": setup.precision.startswith(("bf16", "amp-bf16")),
+            "fp16": setup.precision.startswith(("fp16", "amp-fp16")),
+            "gradient_checkpointing": setup.activation_checkpointing == "full",
+        }
+    )
     config.update(_optimizer(setup, notes, "optim"))
     if setup.loss == "chunked":
         config["use_liger_kernel"] = True
@@ -225,17 +272,21 @@ def write_axolotl(setup: Setup) -> tuple[str, list[str]]:
         elif lora.target_modules is not None:
             config["lora_target_modules"] = list(lora.target_modules)
         if qlora and quantization.bits == 4 and (quantization.quant_type, quantization.double_quant) != ("nf4", True):
-            notes.append("Axolotl's QLoRA uses NF4 with double quantisation: other bitsandbytes settings are not written")
-    config.update({
-        "datasets": [{"path": "REPLACE_WITH_A_DATASET", "type": "alpaca"}],
-        "output_dir": "./outputs",
-        "sequence_len": setup.sequence_length,
-        "pad_to_sequence_len": True,
-        "micro_batch_size": setup.micro_batch_size,
-        "gradient_accumulation_steps": setup.gradient_accumulation_steps,
-        "num_epochs": 1,
-        "learning_rate": 0.0002 if finetuning.method != "full" else 0.00002,
-    })
+            notes.append(
+                "Axolotl's QLoRA uses NF4 with double quantisation: other bitsandbytes settings are not written"
+            )
+    config.update(
+        {
+            "datasets": [{"path": "REPLACE_WITH_A_DATASET", "type": "alpaca"}],
+            "output_dir": "./outputs",
+            "sequence_len": setup.sequence_length,
+            "pad_to_sequence_len": True,
+            "micro_batch_size": setup.micro_batch_size,
+            "gradient_accumulation_steps": setup.gradient_accumulation_steps,
+            "num_epochs": 1,
+            "learning_rate": 0.0002 if finetuning.method != "full" else 0.00002,
+        }
+    )
     config.update(_optimizer(setup, notes, "optimizer"))
     config.update(_axolotl_precision(setup, notes))
     config["gradient_checkpointing"] = setup.activation_checkpointing == "full"
@@ -254,8 +305,10 @@ def _axolotl_precision(setup: Setup, notes: list[str]) -> dict[str, Any]:
     if setup.precision == "fp32":
         return {"bf16": False, "fp16": False}
     if setup.precision in ("bf16-mixed", "amp-bf16") and setup.parallelism.strategy != "zero":
-        notes.append("Axolotl loads the base in bf16 under bf16: true, so the run is bf16-pure, not "
-                     f"{setup.precision} (fp32 weights)")
+        notes.append(
+            "Axolotl loads the base in bf16 under bf16: true, so the run is bf16-pure, not "
+            f"{setup.precision} (fp32 weights)"
+        )
     return {"bf16": True}
 
 
@@ -281,12 +334,20 @@ def _trainer_parallelism(setup: Setup, notes: list[str], axolotl: bool = False) 
         return {"deepspeed": deepspeed_config(setup, [])}
     if parallel.strategy == "fsdp":
         if parallel.offload_optimizer != parallel.offload_parameters:
-            notes.append("FSDP offloads parameters and optimizer together: written as offload "
-                         f"{parallel.offload_parameters}")
-        options = [parallel.fsdp_sharding_strategy.lower(), "auto_wrap"] + (["offload"] if parallel.offload_parameters else [])
+            notes.append(
+                f"FSDP offloads parameters and optimizer together: written as offload {parallel.offload_parameters}"
+            )
+        options = [parallel.fsdp_sharding_strategy.lower(), "auto_wrap"] + (
+            ["offload"] if parallel.offload_parameters else []
+        )
         if axolotl:
-            return {"fsdp": options, "fsdp_config": {"fsdp_transformer_layer_cls_to_wrap": "auto",
-                                                     "fsdp_state_dict_type": "SHARDED_STATE_DICT"}}
+            return {
+                "fsdp": options,
+                "fsdp_config": {
+                    "fsdp_transformer_layer_cls_to_wrap": "auto",
+                    "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+                },
+            }
         return {"fsdp": " ".join(options)}
     return {}
 
