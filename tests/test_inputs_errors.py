@@ -10,6 +10,8 @@ import pytest
 from trainmem import inputs
 from trainmem.cli import main
 
+yaml = pytest.importorskip("yaml")  # trainer files are YAML; PyYAML is a runtime dependency
+
 DATA = Path(__file__).parent / "data" / "trainer_files"
 
 

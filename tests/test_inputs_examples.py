@@ -11,6 +11,8 @@ import pytest
 
 from trainmem import inputs
 
+yaml = pytest.importorskip("yaml")  # trainer files are YAML; PyYAML is a runtime dependency
+
 DATA = Path(__file__).parent / "data" / "trainer_files"
 TOY_QWEN3 = {  # a small qwen3 config.json, standing in for the Qwen3 models no preset covers
     "model_type": "qwen3",

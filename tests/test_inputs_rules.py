@@ -18,6 +18,8 @@ from trainmem.inputs.hub import hub_ids, preset_for_hub_id
 from trainmem.inputs.optimizer_names import _table, trainer_optimizer
 from trainmem.inputs.render import render_key_report
 
+yaml = pytest.importorskip("yaml")  # trainer files are YAML; PyYAML is a runtime dependency
+
 
 def read(**texts):
     return inputs.read_texts({name.replace("_", ".", 1): text for name, text in texts.items()})
@@ -309,3 +311,35 @@ def test_render_counts_each_status():
     _, keys = read(sft_yaml="model_name_or_path: gpt2\nlearning_rate: 1.0\n")
     text = render_key_report(keys)
     assert f"{keys.count('memory-neutral')} memory-neutral" in text and "sft.yaml" in text
+
+
+def test_axolotl_base_model_as_a_local_folder(tmp_path):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "vocab_size": 1000,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+            }
+        )
+    )
+    trainer = tmp_path / "axolotl.yaml"
+    trainer.write_text("base_model: ./my-model\nadapter: lora\nlora_r: 4\nlora_target_linear: true\n")
+    setup, keys = inputs.read(trainer)
+    assert setup.model.hf_config["hidden_size"] == 64 and setup.finetuning.lora.r == 4
+    assert keys.files[1].kind == "model" and keys.files[1].linked_from.endswith("axolotl.yaml: base_model")
+
+
+def test_a_file_given_twice_is_read_once(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}))
+    trainer = tmp_path / "sft.yaml"
+    trainer.write_text("model_name_or_path: gpt2\ndeepspeed: ds.json\nper_device_train_batch_size: 2\n")
+    setup, keys = inputs.read(trainer, ds)
+    assert [f.kind for f in keys.files] == ["trl", "deepspeed"]
+    assert setup.micro_batch_size == 2 and setup.parallelism.zero_stage == 2

@@ -7,12 +7,13 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 
 from trainmem import inputs
 from trainmem.cli import main
 from trainmem.inputs.writers import FILENAMES, carries, write
 from trainmem.setup import Setup
+
+yaml = pytest.importorskip("yaml")  # trainer files are YAML; PyYAML is a runtime dependency
 
 SETUPS = {
     "zero3-offload": {
