@@ -343,3 +343,9 @@ def test_a_file_given_twice_is_read_once(tmp_path):
     setup, keys = inputs.read(trainer, ds)
     assert [f.kind for f in keys.files] == ["trl", "deepspeed"]
     assert setup.micro_batch_size == 2 and setup.parallelism.zero_stage == 2
+
+
+def test_axolotl_qlora_upcast_of_unquantized_parameters_is_reported():
+    _, keys = inputs.read(Path(__file__).parent / "data/trainer_files/axolotl/qlora-1b.yml")
+    note = next(n for n in keys.notes if "prepare_model_for_kbit_training" in n)
+    assert "262,735,872 unquantized parameters" in note and "not modelled" in note

@@ -9,6 +9,10 @@ QLoRA uses NF4 with double quantisation (``loaders/model.py``).
 ``sample_packing`` packs several samples into each row of ``sequence_len`` tokens (flash-attention
 varlen), so a micro-batch holds micro_batch_size × sequence_len tokens, as trainmem counts.
 RL trainers (``rl: dpo|ipo|orpo|kto|grpo``) run TRL's trainers, with TRL's notion of a batch.
+With a quantized base (outside FSDP and ZeRO-3) Axolotl calls PEFT's
+``prepare_model_for_kbit_training``, which casts every parameter that is not quantized
+(embeddings, norms, lm_head) to fp32 (PEFT 0.21 ``utils/other.py``): trainmem counts them in
+the training dtype and says by how much that falls short.
 """
 
 from __future__ import annotations
@@ -107,6 +111,7 @@ def read_method(rec: Recorder) -> None:
     method = "qlora" if bits else "lora"
     rec.set("adapter", "finetuning.method", method, "an 8-bit base (LLM.int8) with LoRA" if bits == 8 else "")
     if bits:
+        rec.facts["kbit_upcast"] = True  # loaders/model.py _prepare_model_for_quantization
         key = f"load_in_{bits}bit" if rec.has(f"load_in_{bits}bit") else "adapter"
         rec.contributions.append(Contribution("finetuning.quantization.bits", bits, rec.file, key))
         if key != "adapter":

@@ -77,7 +77,36 @@ def merge(
     except ValidationError as error:
         raise InputError(_locate(error, chosen)) from None
     entries = _hidden_size_autos(entries, setup)
+    notes += _kbit_upcast_note(setup, facts)
     return setup, KeyReport(files=files, entries=entries, notes=notes)
+
+
+def _kbit_upcast_note(setup: Setup, facts: dict[str, Any]) -> list[str]:
+    """PEFT's prepare_model_for_kbit_training casts the parameters bitsandbytes leaves unquantized to fp32."""
+    parallel = setup.parallelism
+    if (
+        not facts.get("kbit_upcast")
+        or setup.finetuning.method != "qlora"
+        or parallel.strategy == "fsdp"
+        or (parallel.strategy == "zero" and parallel.zero_stage == 3)
+    ):
+        return []
+    architecture = setup.architecture()
+    if architecture is None:
+        return []
+    from ..inventory import build_inventory
+    from ..units import format_bytes
+
+    inventory = build_inventory(architecture)
+    quantized = inventory.num_layers * sum(
+        t.numel for t in inventory.layer if t.linear_features is not None or t.group == "experts"
+    )
+    unquantized = inventory.num_parameters - quantized
+    return [
+        f"{facts['kbit_upcast@file']}: prepare_model_for_kbit_training (PEFT 0.21) casts the {unquantized:,} unquantized "
+        f"parameters (embeddings, norms, lm_head) to fp32; trainmem counts them in 16 bits, about "
+        f"{format_bytes(2 * unquantized)} less than the run holds (not modelled)"
+    ]
 
 
 def _facts(recorders: list[Recorder]) -> dict[str, Any]:
