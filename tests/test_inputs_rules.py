@@ -349,3 +349,14 @@ def test_axolotl_qlora_upcast_of_unquantized_parameters_is_reported():
     _, keys = inputs.read(Path(__file__).parent / "data/trainer_files/axolotl/qlora-1b.yml")
     note = next(n for n in keys.notes if "prepare_model_for_kbit_training" in n)
     assert "262,735,872 unquantized parameters" in note and "not modelled" in note
+
+
+def test_a_plain_launcher_config_yields_to_the_trainers_deepspeed():
+    setup, keys = inputs.read_texts(
+        {
+            "accelerate.yaml": "distributed_type: MULTI_GPU\nnum_processes: 4\nmixed_precision: bf16\n",
+            "sft.yaml": "model_name_or_path: gpt2\ndeepspeed:\n  zero_optimization:\n    stage: 2\n",
+        }
+    )
+    assert (setup.parallelism.strategy, setup.parallelism.zero_stage, setup.parallelism.num_gpus) == ("zero", 2, 4)
+    assert not [e for e in keys.entries if e.default and e.key == "distributed_type"]

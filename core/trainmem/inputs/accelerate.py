@@ -21,6 +21,10 @@ def read_accelerate(rec: Recorder) -> None:
     if distributed not in STRATEGIES:
         rec.unmodelled("distributed_type", f"{distributed}: assumed DDP")
         distributed = "MULTI_GPU"
+    elif STRATEGIES[distributed] == "ddp" and rec.has("distributed_type"):
+        # the trainer's own deepspeed/fsdp arguments win over a plain launcher config (HF Trainer enables them)
+        rec.modelled("distributed_type", "parallelism.strategy = ddp, unless a trainer file turns on DeepSpeed or FSDP")
+        rec.default("parallelism.strategy", "ddp", "distributed_type", "the Accelerate config")
     elif rec.has("distributed_type"):
         rec.set("distributed_type", "parallelism.strategy", STRATEGIES[distributed])
     processes = rec.get("num_processes")

@@ -49,10 +49,11 @@ def merge(
     flat_overrides = _flatten(overrides)
     flat_base = _flatten(base)
     entries += _fill_autos(recorders, chosen, flat_base, flat_overrides)
+    present = {(e.file, e.key) for e in entries}  # a weak value a key of the file gave has its entry already
     entries += [
         _default_entry(c)
         for c in chosen.values()
-        if c.default and c.field not in flat_overrides and c.field not in flat_base
+        if c.default and c.field not in flat_overrides and c.field not in flat_base and (c.file, c.key) not in present
     ]
     values = {field: c.value for field, c in chosen.items() if not (c.default and field in flat_base)}
     notes += _apply_rules(values, facts, chosen, flat_overrides)
