@@ -399,6 +399,16 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {**MODEL, **BATCH, "precision": "bf16-mixed"},
         {"parallelism.zero_stage": 2, "optimizer.name": "adamw", "optimizer.implementation": "fused"},
     ),
+    "transformers/training_args.json": (
+        {"model": {"preset": "gpt2"}},
+        {
+            "micro_batch_size": 4,
+            "precision": "fp32",
+            "activation_checkpointing": "none",
+            "optimizer.implementation": "fused",
+            "gradient_accumulation_steps": 1,
+        },
+    ),
     "peft/tinyllama-adapter_config.json": (
         {},
         {

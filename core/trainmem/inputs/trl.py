@@ -40,7 +40,6 @@ _TRL_KEYS = {
     "completion_only_loss",
     "assistant_only_loss",
     "dataset_name",
-    "use_liger_kernel",
     "model_init_kwargs",
 }
 
@@ -158,6 +157,8 @@ def read_trainer_features(rec: Recorder) -> None:
     ):
         if rec.get(key) not in (None, False, 0, "auto"):
             rec.unmodelled(key, assumption)
+        elif key in rec.data and rec.get(key) is not None:
+            rec.neutral(key, "off")
 
 
 def read_preference_keys(rec: Recorder, kind: str) -> None:
