@@ -409,6 +409,19 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "gradient_accumulation_steps": 1,
         },
     ),
+    "trl/sft_config.json": (
+        {"model": {"preset": "gpt2"}},
+        {"micro_batch_size": 8, "sequence_length": 1024, "precision": "bf16-mixed", "activation_checkpointing": "full"},
+    ),
+    "trl/dpo_config.json": (
+        {"model": {"preset": "gpt2"}},
+        {
+            "micro_batch_size": 16,
+            "sequence_length": 1024,
+            "precision": "bf16-mixed",
+            "activation_checkpointing": "full",
+        },
+    ),
     "peft/tinyllama-adapter_config.json": (
         {},
         {

@@ -154,6 +154,7 @@ def read_trainer_features(rec: Recorder) -> None:
         ("use_cpu", "trains on the CPU: trainmem still reports GPU memory"),
         ("half_precision_backend", "assumed the default (PyTorch autocast)"),
         ("fsdp_min_num_params", "assumed one FSDP unit per decoder layer"),
+        ("activation_offloading", "activations offloaded to the CPU: assumed kept on the GPU (an upper bound)"),
     ):
         if rec.get(key) not in (None, False, 0, "auto"):
             rec.unmodelled(key, assumption)
