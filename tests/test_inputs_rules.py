@@ -360,3 +360,8 @@ def test_a_plain_launcher_config_yields_to_the_trainers_deepspeed():
     )
     assert (setup.parallelism.strategy, setup.parallelism.zero_stage, setup.parallelism.num_gpus) == ("zero", 2, 4)
     assert not [e for e in keys.entries if e.default and e.key == "distributed_type"]
+
+
+def test_read_takes_texts_too():
+    setup, keys = inputs.read({"sft.yaml": "model_name_or_path: gpt2\nmax_length: 64\n"})
+    assert setup.sequence_length == 64 and keys.files[0].name == "sft.yaml"

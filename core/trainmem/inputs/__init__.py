@@ -44,11 +44,18 @@ MAX_FILES = 16
 
 
 def read(
-    *paths: Union[str, os.PathLike], kind: Optional[str] = None, overrides: Optional[dict[str, Any]] = None
+    *paths: Union[str, os.PathLike, dict[str, str]],
+    kind: Optional[str] = None,
+    overrides: Optional[dict[str, Any]] = None,
 ) -> tuple[Any, KeyReport]:
-    """The Setup and the key report of the files at ``paths``; ``overrides`` (a setup patch) wins over them."""
+    """The Setup and the key report of the files at ``paths``; ``overrides`` (a setup patch) wins over them.
+
+    A single ``{filename: text}`` mapping instead of paths reads those texts (as :func:`read_texts`).
+    """
     if not paths:
         raise InputError("give at least one file")
+    if len(paths) == 1 and isinstance(paths[0], dict):
+        return read_texts(paths[0], kind=kind, overrides=overrides)
     return _read(FileSource(), [os.fspath(p) for p in paths], kind, overrides or {})
 
 
