@@ -245,7 +245,7 @@ def read_trl_model_keys(rec: Recorder) -> None:
 
 def read_peft_keys(rec: Recorder) -> None:
     """TRL ModelConfig's LoRA and bitsandbytes fields (use_peft, lora_r, load_in_4bit, ...)."""
-    lora = rec.get("use_peft") is True or rec.get("lora_r") is not None and rec.get("use_peft") is not False
+    lora = rec.get("use_peft") is True  # TRL 1.16 ModelConfig: use_peft defaults to False; lora_* alone do nothing
     quantized = rec.get("load_in_4bit") is True or rec.get("load_in_8bit") is True
     if rec.get("use_peft") is not None:
         if lora:
