@@ -36,11 +36,12 @@ def run_estimate(args: argparse.Namespace, setup_from_arguments: Callable, flag_
         sys.stdout.write(text)
         _notes(notes)
     else:
-        if args.json:
+        if args.json and keys is None:
+            print(report.model_dump_json(indent=2))  # as before trainer files: the report alone
+        elif args.json:
             data = json.loads(report.model_dump_json())
-            if keys is not None:
-                data["inputs"] = keys.model_dump(mode="json")
-            print(json.dumps(data, indent=2))
+            data["inputs"] = keys.model_dump(mode="json")
+            print(json.dumps(data, indent=2, ensure_ascii=False))
         else:
             print(render_report(report))
             if applied:
