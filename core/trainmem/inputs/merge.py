@@ -96,11 +96,14 @@ def _kbit_upcast_note(setup: Setup, facts: dict[str, Any]) -> list[str]:
     if architecture is None:
         return []
     from ..inventory import build_inventory
+    from ..models import family_for
     from ..units import format_bytes
 
     inventory = build_inventory(architecture)
-    quantized = inventory.num_layers * sum(
-        t.numel for t in inventory.layer if t.linear_features is not None or t.group == "experts"
+    family = family_for(architecture)
+    quantized = sum(
+        group.count * sum(t.numel for t in group.tensors if family.quantized_by_bitsandbytes(t))
+        for group in inventory.layer_groups
     )
     unquantized = inventory.num_parameters - quantized
     return [
