@@ -196,6 +196,13 @@ def _warnings(plan: Plan, gpu) -> list[str]:
         )
     if arch is not None and arch.attn_logit_softcapping and setup.attention == "sdpa":
         warnings.append("Gemma 2's attention soft-capping needs the eager kernel: simulated with eager attention.")
+    for part in arch.not_counted if arch is not None else ():
+        warnings.append(f"Not counted yet: {part}; the estimate covers the language model only.")
+    if plan.lora_targets is not None and (plan.lora_targets.experts.gate_up_proj or plan.lora_targets.experts.down_proj):
+        warnings.append(
+            "LoRA on fused experts (PEFT's ParamWrapper) materialises each adapted expert stack as a new "
+            "tensor per forward (W + B·A) that the expert matmul saves for backward: counted."
+        )
     if plan.optimizer.paged:
         warnings.append(
             "A paged optimizer keeps its states in unified memory and can evict them to the CPU under "
