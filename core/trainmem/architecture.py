@@ -102,6 +102,12 @@ class Architecture(FrozenModel):
     logits_scaling: Optional[float] = Field(
         default=None, description="Granite divides the logits by this before the loss (one more logits tensor)."
     )
+    partial_rotary_factor: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="Share of each head's dims that RoPE rotates (GPT-NeoX: 0.25)."
+    )
+    parallel_residual: bool = Field(
+        default=False, description="GPT-NeoX: x + attention(norm1(x)) + mlp(norm2(x)) in one residual step."
+    )
     nope_layers: tuple[NonNegativeInt, ...] = Field(
         default=(), description="Layers without rotary embeddings (Llama 4: every 4th layer, 'NoPE')."
     )
@@ -150,6 +156,11 @@ class Architecture(FrozenModel):
     @property
     def resolved_head_dim(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """Dims of each head that RoPE rotates (``int(head_dim * partial_rotary_factor)``, as transformers)."""
+        return int(self.resolved_head_dim * self.partial_rotary_factor)
 
     @property
     def query_width(self) -> int:

@@ -279,16 +279,24 @@ class LayerProgram:
             q, k = q_rot, k_rot
             if self.family.rope_concatenates:
                 # torch.cat([rotated, passed-through], dim=-1): new tensors laid out (b, heads, s, d)
-                q, k = tape.copy(q_rot), tape.copy(k_rot)
+                q = tape.copy(q_rot, self._heads_numel(shape.heads))
+                k = tape.copy(k_rot, self._heads_numel(shape.kv_heads))
                 tape.release(q_rot, k_rot)
                 heads_first = True
         return q, k, heads_first
 
+    def _heads_numel(self, heads: int) -> int:
+        return self.shape.tokens * heads * self.shape.head_dim
+
     def _rope(self, q: Sym) -> Sym:
-        """``q * cos + rotate_half(q) * sin``; cos/sin carry the residual stream's dtype."""
+        """``q * cos + rotate_half(q) * sin``; cos/sin carry the residual stream's dtype. With partial
+        rotary (GPT-NeoX) the ops run on ``q[..., :rotary_dim]``, a view; the caller concatenates."""
         tape = self.tape
-        cos = Sym(self.shape.seq * self.shape.head_dim, self.kernels.stream_dtype, False, "external")
-        sin = Sym(self.shape.seq * self.shape.head_dim, self.kernels.stream_dtype, False, "external")
+        rotary_dim = self.arch.rotary_dim
+        if rotary_dim != self.shape.head_dim:
+            q = q.view(q.numel // self.shape.head_dim * rotary_dim)
+        cos = Sym(self.shape.seq * rotary_dim, self.kernels.stream_dtype, False, "external")
+        sin = Sym(self.shape.seq * rotary_dim, self.kernels.stream_dtype, False, "external")
         with_cos = tape.mul(q, cos)
         # rotate_half: torch.cat((-x2, x1)) of two slices; each slice's backward makes full-size zeros
         rotated = tape.copy(q, backward_scratch_bytes=q.nbytes)
@@ -597,6 +605,8 @@ class LayerProgram:
         (Llama), around (Gemma's four norms) or after (OLMo 2) each sub-block."""
         arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
         rows, h = shape.stream_tokens, shape.hidden
+        if arch.parallel_residual:
+            return self._parallel_residual_layer(x)
         post_only = arch.norm_position == "post"
         sandwich = arch.norms_per_layer == 4 and not post_only
         if post_only:
@@ -632,6 +642,23 @@ class LayerProgram:
         mixed = self._residual_dropout(mixed)
         out = tape.add(hidden, mixed)
         tape.release(hidden, mixed)
+        return out
+
+    def _parallel_residual_layer(self, x: Sym) -> Sym:
+        """``GPTNeoXLayer.forward`` with ``use_parallel_residual``:
+        ``mlp(norm2(x)) + attention(norm1(x)) + x``, each branch after its dropout."""
+        shape, tape, names = self.shape, self.tape, self.names
+        rows, h = shape.stream_tokens, shape.hidden
+        normed = self.norm(names.input_norm, x, rows, h)
+        attended = self._residual_dropout(self.attention(normed))
+        tape.release(normed)
+        normed = self.norm(names.post_attention_norm, x, rows, h)
+        mixed = self._residual_dropout(self.mlp(normed))
+        tape.release(normed)
+        branches = tape.add(mixed, attended)
+        tape.release(mixed, attended)
+        out = tape.add(branches, x)
+        tape.release(branches)
         return out
 
     def _residual_dropout(self, x: Sym) -> Sym:

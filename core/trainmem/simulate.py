@@ -449,7 +449,7 @@ def _buffer_bytes(plan: Plan) -> int:
     element = DTYPE_BYTES[plan.precision.stored_weight_dtype]
     total = rounded(element, plan.device) if arch.embedding_scale_buffer else 0
     if arch.position_embedding == "rope":
-        total += arch.rope_sets * 2 * rounded((arch.resolved_head_dim // 2) * element, plan.device)
+        total += arch.rope_sets * 2 * rounded((arch.rotary_dim // 2) * element, plan.device)
     return total
 
 

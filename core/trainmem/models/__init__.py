@@ -23,6 +23,7 @@ from .family import DecoderFamily
 from .fields import ConfigFields, describe
 from .gemma import Gemma2, Gemma3Text
 from .gpt2 import GPT2
+from .gpt_neox import GPTNeoX
 from .granite import Granite
 from .llama import Llama
 from .llama4 import Llama4Text
@@ -49,6 +50,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Starcoder2,
     Granite,
     Llama4Text,
+    GPTNeoX,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
