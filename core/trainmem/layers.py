@@ -52,6 +52,8 @@ class LayerShape:
     local_experts: int = 0
     """Routed experts held by this rank (num_experts / expert_parallel_size)."""
     shared_intermediate: int = 0
+    attention_mask: bool = False
+    """transformers materialises a 4-D mask for SDPA (a sliding window shorter than the sequence)."""
 
     @property
     def tokens(self) -> int:
@@ -320,7 +322,14 @@ class LayerProgram:
         lse_numel = shape.batch * shape.heads * shape.seq
         dropout = arch.attention_dropout
         if kernel == "fused":
-            return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d)
+            if not shape.attention_mask:
+                return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d)
+            # SDPA turns the boolean (b, 1, s, s) mask into an additive one in the query's dtype, per call, and
+            # keeps it for backward (measured, torch 2.13 CPU: one per sliding-window layer).
+            mask = tape.new(shape.batch * shape.seq * shape.kv_seq, q.dtype, False)
+            out = tape.fused_attention(q, k, v, lse_numel, dropout > 0, also_keeps=(mask,))
+            tape.release(mask)
+            return out
         if kernel == "math":
             return self._math_attention(q, k, v)
         groups = shape.heads // shape.kv_heads
