@@ -32,8 +32,8 @@ class ReplayResult:
     peak_allocated_bytes: int
     peak_reserved_bytes: int
     reserved_at_allocated_peak_bytes: int
-    largest_free_block_at_allocated_peak_bytes: int
-    segments_at_allocated_peak: int
+    largest_free_block_after_step_bytes: int
+    segments_after_step: int
     out_of_memory: bool
     num_device_allocs: int
     """cudaMalloc calls (or page mappings) over both steps."""
@@ -78,8 +78,8 @@ def replay_events(events: Iterable[tuple], settings: AllocatorSettings = Allocat
         peak_allocated_bytes=allocator.peak_allocated_bytes,
         peak_reserved_bytes=allocator.peak_reserved_bytes,
         reserved_at_allocated_peak_bytes=max(at_best[0], allocator.peak_allocated_bytes),
-        largest_free_block_at_allocated_peak_bytes=largest,
-        segments_at_allocated_peak=segments,
+        largest_free_block_after_step_bytes=largest,
+        segments_after_step=segments,
         out_of_memory=out_of_memory,
         num_device_allocs=allocator.num_device_alloc,
     )
