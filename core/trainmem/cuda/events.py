@@ -125,7 +125,7 @@ def resident_tensors(plan: Plan, stage: Stage, resident_parts: dict, workspace_b
 class _StepBuilder:
     """Lays out one optimizer step's events on a :class:`_Stream`."""
 
-    def __init__(self, plan: Plan, stage: Stage, stream: _Stream, step: int):
+    def __init__(self, plan: Plan, stage: Stage, stream: _Stream, step: int, max_layers: Optional[int] = None):
         from ..simulate import _gathered_weights, _resident_gradient_buffer, _traces, model_states
 
         self.plan, self.stage, self.out, self.step = plan, stage, stream, step
@@ -142,6 +142,7 @@ class _StepBuilder:
         self.later = _traces(plan, stage, grads_exist=True) if accumulation > 1 else self.first
         self.param_grads: list[Hashable] = []
         self.grad_shards: list[Hashable] = []
+        self.layers = stage.num_layers if max_layers is None else min(stage.num_layers, max_layers)
 
     # ------------------------------------------------------------ one traced piece
     def forward(
@@ -216,7 +217,7 @@ class _StepBuilder:
         plan, stage = self.plan, self.stage
         traces = self.first if micro_batch == 1 else self.later
         checkpointing = plan.setup.activation_checkpointing == "full"
-        layers = stage.num_layers
+        layers = self.layers
         tag = (self.step, micro_batch)
         hidden: Optional[Hashable] = None
         autocast_exit: list[Hashable] = []
@@ -343,8 +344,19 @@ def _micro_batch_of(key: tuple):
     return head if isinstance(head, tuple) and len(head) == 2 and isinstance(head[0], int) else None
 
 
-def step_events(plan: Plan, stage: Stage, resident_parts: dict, workspace_bytes: int, steps: int = 2) -> list[Event]:
-    """The allocation events of ``steps`` optimizer steps on a rank of ``stage`` (resident tensors first)."""
+def step_events(
+    plan: Plan,
+    stage: Stage,
+    resident_parts: dict,
+    workspace_bytes: int,
+    steps: int = 2,
+    max_layers: Optional[int] = None,
+) -> list[Event]:
+    """The allocation events of ``steps`` optimizer steps on a rank of ``stage`` (resident tensors first).
+
+    ``max_layers`` replays the forward and backward of only that many decoder layers (the resident
+    tensors stay those of the whole model): :mod:`trainmem.cuda.memory` extrapolates from two such
+    truncated replays for deep models."""
     stream = _Stream()
     for name, nbytes in resident_tensors(plan, stage, resident_parts, workspace_bytes):
         stream.alloc(("resident", name), nbytes)
@@ -352,7 +364,7 @@ def step_events(plan: Plan, stage: Stage, resident_parts: dict, workspace_bytes:
         return stream.events
     accumulation = plan.setup.gradient_accumulation_steps
     for step in range(steps):
-        builder = _StepBuilder(plan, stage, stream, step)
+        builder = _StepBuilder(plan, stage, stream, step, max_layers)
         for micro_batch in range(1, min(accumulation, MAX_REPLAYED_MICRO_BATCHES) + 1):
             builder.micro_batch(micro_batch)
         builder.optimizer_step()

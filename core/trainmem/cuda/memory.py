@@ -158,6 +158,12 @@ def rank_cuda(
     return RankCuda(memory, reserve_part, [p for p in outside_best if p.bytes > 0])
 
 
+REPLAYED_LAYERS = 8
+"""Deeper models replay the step with 8 and with 4 decoder layers and extrapolate the reserve gap
+linearly to their depth: each layer adds the same tensors, so the allocator's cached-but-unused
+bytes grow by about the same amount per layer (an approximation, stated in the README)."""
+
+
 def _replay(
     plan: Plan, stage: Stage, resident_parts: dict, workspace_bytes: int, settings: AllocatorSettings
 ) -> ReplayResult:
@@ -171,9 +177,38 @@ def _replay(
     )
     found = _REPLAY_CACHE.get(key)
     if found is None:
-        events = step_events(plan, stage, resident_parts, workspace_bytes)
-        found = replay_events(events, settings)
+        layers = stage.num_layers
+        if layers <= REPLAYED_LAYERS:
+            found = replay_events(step_events(plan, stage, resident_parts, workspace_bytes), settings)
+        else:
+            deep = replay_events(step_events(plan, stage, resident_parts, workspace_bytes, max_layers=REPLAYED_LAYERS),
+                                 settings)  # fmt: skip
+            half = REPLAYED_LAYERS // 2
+            shallow = replay_events(step_events(plan, stage, resident_parts, workspace_bytes, max_layers=half), settings)
+            found = _extrapolated(deep, shallow, REPLAYED_LAYERS, half, layers)
         if len(_REPLAY_CACHE) >= _REPLAY_CACHE_SIZE:
             _REPLAY_CACHE.clear()
         _REPLAY_CACHE[key] = found
     return found
+
+
+def _extrapolated(deep: ReplayResult, shallow: ReplayResult, deep_layers: int, shallow_layers: int, layers: int):
+    """Figures of a ``layers``-deep replay, linear in the depth through two truncated replays (never below
+    the deeper replay's gap and fragmentation)."""
+
+    def grow(a: int, b: int) -> int:
+        per_layer = (a - b) / (deep_layers - shallow_layers)
+        return int(a + max(0.0, per_layer) * (layers - deep_layers))
+
+    allocated = grow(deep.peak_allocated_bytes, shallow.peak_allocated_bytes)
+    gap = grow(deep.reserve_gap_bytes, shallow.reserve_gap_bytes)
+    cached = grow(deep.cached_at_allocated_peak_bytes, shallow.cached_at_allocated_peak_bytes)
+    return ReplayResult(
+        peak_allocated_bytes=allocated,
+        peak_reserved_bytes=allocated + gap,
+        reserved_at_allocated_peak_bytes=allocated + cached,
+        largest_free_block_after_step_bytes=deep.largest_free_block_after_step_bytes,
+        segments_after_step=grow(deep.segments_after_step, shallow.segments_after_step),
+        out_of_memory=deep.out_of_memory,
+        num_device_allocs=grow(deep.num_device_allocs, shallow.num_device_allocs),
+    )
