@@ -33,6 +33,8 @@ _TRIAL_RESERVE_FRACTION: contextvars.ContextVar[Optional[float]] = contextvars.C
 )
 _REPLAY_CACHE: dict[tuple, ReplayResult] = {}
 _REPLAY_CACHE_SIZE = 64
+_EVENTS_CACHE: dict = {}
+"""The event streams of the last setup replayed (by max_layers), so that its alternative settings reuse them."""
 ALTERNATIVE_CONF = "expandable_segments:True"
 """The setting the report compares with the setup's own: PyTorch's out-of-memory message recommends it."""
 
@@ -82,9 +84,8 @@ def rank_cuda(
     settings = allocator_settings(runtime.cuda_alloc_conf, runtime.cuda_memory_fraction, gpu_memory_bytes)
     fraction = _TRIAL_RESERVE_FRACTION.get()
     alternatives: list[AllocatorAlternative] = []
-    if fraction is not None or plan.architecture is None:
+    if fraction is not None:
         replayed = False
-        fraction = fraction if fraction is not None else 0.0
         gap = int(peak_allocated_bytes * fraction)
         result = ReplayResult(peak_allocated_bytes, peak_allocated_bytes + gap, peak_allocated_bytes + gap, 0, 0,
                               False, 0)  # fmt: skip
@@ -177,14 +178,26 @@ def _replay(
     )
     found = _REPLAY_CACHE.get(key)
     if found is None:
+
+        def events(max_layers: Optional[int]) -> list:
+            identity = (key[0], key[1], key[2], key[4])
+            if _EVENTS_CACHE.get("identity") != identity:
+                _EVENTS_CACHE.clear()  # one setup at a time: its settings are compared on the same events
+                _EVENTS_CACHE["identity"] = identity
+            cached = _EVENTS_CACHE.get(max_layers)
+            if cached is None:
+                cached = _EVENTS_CACHE[max_layers] = step_events(
+                    plan, stage, resident_parts, workspace_bytes, max_layers=max_layers
+                )
+            return cached
+
         layers = stage.num_layers
         if layers <= REPLAYED_LAYERS:
-            found = replay_events(step_events(plan, stage, resident_parts, workspace_bytes), settings)
+            found = replay_events(events(None), settings)
         else:
-            deep = replay_events(step_events(plan, stage, resident_parts, workspace_bytes, max_layers=REPLAYED_LAYERS),
-                                 settings)  # fmt: skip
             half = REPLAYED_LAYERS // 2
-            shallow = replay_events(step_events(plan, stage, resident_parts, workspace_bytes, max_layers=half), settings)
+            deep = replay_events(events(REPLAYED_LAYERS), settings)
+            shallow = replay_events(events(half), settings)
             found = _extrapolated(deep, shallow, REPLAYED_LAYERS, half, layers)
         if len(_REPLAY_CACHE) >= _REPLAY_CACHE_SIZE:
             _REPLAY_CACHE.clear()
