@@ -151,3 +151,14 @@ def test_deep_models_extrapolate_from_two_truncated_replays():
     assert cuda.replayed
     assert report.peak_reserved_bytes >= report.peak_allocated_bytes
     assert cuda.replay_peak_allocated_bytes == pytest.approx(report.peak_allocated_bytes, rel=0.05)
+
+
+def test_cli_alloc_conf(capsys):
+    from trainmem.cli import main
+
+    assert main(["estimate", "--preset", "gpt2", "--alloc-conf", "expandable_segments:True"]) == 0
+    assert "allocator replay, expandable_segments:True" in capsys.readouterr().out
+    assert main(["estimate", "--preset", "gpt2", "--alloc-conf", "max_split_size_mb:4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "trainmem: error: runtime.cuda_alloc_conf: max_split_size_mb must be >= 20, got 4"
+    )

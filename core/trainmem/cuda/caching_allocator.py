@@ -116,28 +116,33 @@ def parse_alloc_conf(text: str, field_name: str = "runtime.cuda_alloc_conf") -> 
         return result
     for key, value in _split_options(text, field_name):
         if key not in _ALLOWED_OPTIONS:
-            raise ValueError(f"{field_name}: unknown option {key!r}; allowed: {', '.join(_ALLOWED_OPTIONS)}")
+            raise ValueError(f"{_prefix(field_name)}unknown option {key!r}; allowed: {', '.join(_ALLOWED_OPTIONS)}")
         if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
-            megabytes = _integer(value, f"{field_name}: {key}")
+            megabytes = _integer(value, f"{_prefix(field_name)}{key}")
             if megabytes < LARGE_BUFFER_BYTES // MIB:
-                raise ValueError(f"{field_name}: {key} must be >= {LARGE_BUFFER_BYTES // MIB}, got {megabytes}")
+                raise ValueError(f"{_prefix(field_name)}{key} must be >= {LARGE_BUFFER_BYTES // MIB}, got {megabytes}")
             name = "max_split_size_bytes" if key == "max_split_size_mb" else "max_non_split_rounding_bytes"
             result[name] = min(megabytes * MIB, NO_LIMIT)
         elif key == "garbage_collection_threshold":
             try:
                 threshold = float(value)
             except ValueError:
-                raise ValueError(f"{field_name}: garbage_collection_threshold must be a number, got {value!r}") from None
+                raise ValueError(f"{_prefix(field_name)}garbage_collection_threshold must be a number, got {value!r}") from None
             if not 0.0 < threshold < 1.0:
-                raise ValueError(f"{field_name}: garbage_collection_threshold must be in (0.0, 1.0), got {value}")
+                raise ValueError(f"{_prefix(field_name)}garbage_collection_threshold must be in (0.0, 1.0), got {value}")
             result["garbage_collection_threshold"] = threshold
         elif key == "expandable_segments":
             if value not in ("True", "False", "true", "false", "1", "0"):
-                raise ValueError(f"{field_name}: expandable_segments must be True or False, got {value!r}")
+                raise ValueError(f"{_prefix(field_name)}expandable_segments must be True or False, got {value!r}")
             result["expandable_segments"] = value in ("True", "true", "1")
         else:
             result["roundup_power2_divisions"] = parse_roundup_power2_divisions(value, field_name)
     return result
+
+
+def _prefix(field_name: str) -> str:
+    """Messages start with the field's name when the caller gives one (pydantic adds its own)."""
+    return f"{field_name}: " if field_name else ""
 
 
 def _split_options(text: str, field_name: str) -> list[tuple[str, str]]:
@@ -152,13 +157,13 @@ def _split_options(text: str, field_name: str) -> list[tuple[str, str]]:
             if current:
                 key, sep, value = current.partition(":")
                 if not sep or not value:
-                    raise ValueError(f"{field_name}: expected option:value, got {current!r}")
+                    raise ValueError(f"{_prefix(field_name)}expected option:value, got {current!r}")
                 options.append((key, value))
             current = ""
         else:
             current += char
     if depth != 0:
-        raise ValueError(f"{field_name}: unbalanced brackets in {text!r}")
+        raise ValueError(f"{_prefix(field_name)}unbalanced brackets in {text!r}")
     return options
 
 
@@ -176,7 +181,7 @@ def parse_roundup_power2_divisions(value: str, field_name: str = "runtime.cuda_a
     """``AcceleratorAllocatorConfig::parseRoundUpPower2Divisions``: one value for every interval, or a
     list of ``boundary_mib:divisions`` (the first one also fills the intervals below it) and ``>:divisions``
     for every interval after the last boundary."""
-    name = f"{field_name}: roundup_power2_divisions"
+    name = f"{_prefix(field_name)}roundup_power2_divisions"
     divisions = [0] * ROUNDUP_POWER2_INTERVALS
     if not value.startswith("["):
         single = _integer(value, name)
@@ -301,13 +306,13 @@ class _SortedBlocks:
         return (block.stream, block.size if self._by_size else 0, block.address)
 
     def insert(self, block: Block) -> None:
-        key = self._key(block)
+        key = (block.stream, block.size if self._by_size else 0, block.address)
         index = bisect.bisect_left(self._keys, key)
         self._keys.insert(index, key)
         self._blocks.insert(index, block)
 
     def erase(self, block: Block) -> bool:
-        key = self._key(block)
+        key = (block.stream, block.size if self._by_size else 0, block.address)
         index = bisect.bisect_left(self._keys, key)
         if index < len(self._keys) and self._blocks[index] is block:
             del self._keys[index]
@@ -366,6 +371,8 @@ class CachingAllocator:
 
     def __init__(self, settings: AllocatorSettings = AllocatorSettings()):
         self.settings = settings
+        self._collects = settings.garbage_collection_enabled
+        self._rounds_by_divisions = any(settings.roundup_power2_divisions)
         self.small = _Pool(small=True)
         self.large = _Pool(small=False)
         self.reserved_bytes = 0
@@ -385,12 +392,15 @@ class CachingAllocator:
     # ---------------------------------------------------------------- public API
     def malloc(self, size: int, stream: int = 0) -> Block:
         """``DeviceCachingAllocator::malloc``: a block of ``round_size(size)`` bytes on ``stream``."""
-        rounded = round_size(size, self.settings)
+        if self._rounds_by_divisions or size < MIN_BLOCK_BYTES:
+            rounded = round_size(size, self.settings)
+        else:
+            rounded = -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
         pool = self.small if rounded <= SMALL_SIZE_BYTES else self.large
         alloc_size = allocation_size(rounded)
         block = self._get_free_block(pool, rounded, stream)
         if block is None:
-            if self.settings.garbage_collection_enabled:
+            if self._collects:
                 self._garbage_collect_cached_blocks()
             block = self._alloc_block(pool, rounded, alloc_size, stream)
             if block is None and self._release_available_cached_blocks(pool, rounded, stream):
@@ -472,7 +482,7 @@ class CachingAllocator:
     def _get_free_block(self, pool: _Pool, size: int, stream: int) -> Optional[Block]:
         """``get_free_block``: best fit on the stream, with the oversize-block limits."""
         settings = self.settings
-        if settings.garbage_collection_enabled:
+        if self._collects:
             pool.free_block_calls += 1
         index = pool.blocks.lower_bound(stream, size)
         if index >= len(pool.blocks) or pool.blocks[index].stream != stream:
@@ -538,7 +548,8 @@ class CachingAllocator:
         block.requested = requested
         self.allocated_bytes += block.size
         self.requested_bytes += requested
-        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        if self.allocated_bytes > self.peak_allocated_bytes:
+            self.peak_allocated_bytes = self.allocated_bytes
         return block
 
     def _try_merge_blocks(self, dst: Block, src: Optional[Block], pool: _Pool) -> int:

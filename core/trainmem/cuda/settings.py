@@ -21,7 +21,7 @@ _WORKSPACE_PAIR = re.compile(r":([0-9]+):([0-9]+)")
 
 
 def _check_alloc_conf(text: str) -> str:
-    parse_alloc_conf(text, field_name="cuda_alloc_conf")
+    parse_alloc_conf(text, field_name="")
     return text.strip()
 
 
