@@ -20,7 +20,7 @@ freed. This module rebuilds that order from the same pieces the simulation compo
 * ZeRO-3/FSDP: each layer's gathered weights, allocated on the all-gather stream (a
   separate pool of the caching allocator, as FSDP's and DeepSpeed's side streams are) one
   layer ahead (prefetch) and freed after use; sharded gradients are reduce-scattered into a
-  shard once a layer's backward is done;
+  shard once a layer's backward is done (FSDP: on its reduce-scatter stream);
 * the optimizer step's temporaries (foreach: one per trainable tensor, together; for-loop and
   fused: one at a time) and ``zero_grad(set_to_none=True)``.
 
@@ -42,6 +42,7 @@ Event = tuple[str, Hashable, int, int]
 
 MAIN_STREAM = 0
 ALL_GATHER_STREAM = 1
+REDUCE_SCATTER_STREAM = 2
 
 PER_TENSOR_RESIDENT_PARTS = {
     ("parameters", "weights"),
@@ -201,16 +202,25 @@ class _StepBuilder:
         return leftover if leftover in self.out.live else None
 
     def reduce_gradients(self, ns: tuple, shard_bytes: int) -> None:
-        """ZeRO-2/3, FSDP: the layer's full gradients become a shard (or go into a resident buffer)."""
+        """ZeRO-2/3, FSDP: the layer's full gradients become a shard (or go into a resident buffer).
+
+        FSDP2 copies them into a reduce-scatter input and writes the shard on its reduce-scatter
+        stream (``foreach_reduce`` in torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), so
+        both come from that stream's pool; DeepSpeed reduces into its resident bucket."""
         if not self.shard_gradients:
             return
         mine = [key for key in self.param_grads if key[0] == ns]
+        fsdp = self.plan.parallel.strategy == "fsdp" and self.plan.sharding.gradients > 1
+        stream = REDUCE_SCATTER_STREAM if fsdp else MAIN_STREAM
+        if fsdp and mine:
+            self.out.alloc((ns, "reduce-scatter input"), sum(self.out.live[key][0] for key in mine), stream)
         self.out.free_all(mine)
         self.param_grads = [key for key in self.param_grads if key[0] != ns]
         if not self.resident_gradients and shard_bytes:
             key = (ns, "gradient shard")
-            self.out.alloc(key, shard_bytes)
+            self.out.alloc(key, shard_bytes, stream)
             self.grad_shards.append(key)
+        self.out.free((ns, "reduce-scatter input"))
 
     # ------------------------------------------------------------ the step
     def micro_batch(self, micro_batch: int) -> None:
@@ -307,11 +317,13 @@ class _StepBuilder:
             self.out.alloc((tag, "fp32 gradient partition"), states.trainable_numel * 4 // plan.sharding.optimizer)
         temporaries = states.step_temporaries
         if temporaries:
-            if plan.optimizer_implementation == "foreach" and self.param_grads:
-                share = temporaries // len(self.param_grads)
-                keys = [(tag, "foreach temporary", k) for k in range(len(self.param_grads))]
-                for key in keys:
-                    self.out.alloc(key, share)
+            if plan.optimizer_implementation == "foreach":
+                # One temporary per trainable tensor (or shard), all alive together, in proportion to its size.
+                sizes = _trainable_numels(plan, self.stage)
+                total = sum(sizes) or 1
+                keys = [(tag, "foreach temporary", k) for k in range(len(sizes))]
+                for key, numel in zip(keys, sizes):
+                    self.out.alloc(key, temporaries * numel // total)
                 self.out.free_all(keys)
             else:
                 self.out.alloc((tag, "step temporaries"), temporaries)
@@ -335,6 +347,14 @@ class _StepBuilder:
     def _gather(self, key: tuple) -> None:
         if self.gathered_bytes and key[0][2] >= 0:
             self.out.alloc(key, self.gathered_bytes, self.gather_stream)
+
+
+def _trainable_numels(plan: Plan, stage: Stage) -> list[int]:
+    """Element counts of every trainable tensor of the rank, in ``model.parameters()`` order."""
+    numels = [s.numel for s in plan.slices(stage) if s.trainable for _ in range(s.count)]
+    for _, per_layer, layers in plan.adapter_slices(stage):
+        numels += [per_layer // 2] * (2 * layers)
+    return numels
 
 
 def _micro_batch_of(key: tuple):
