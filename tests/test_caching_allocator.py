@@ -264,3 +264,15 @@ def test_parse_alloc_conf_rejects_bad_values(conf, message):
     with pytest.raises(ValueError, match=r"runtime\.cuda_alloc_conf") as error:
         parse_alloc_conf(conf)
     assert message in str(error.value)
+
+
+def test_segment_count_and_largest_free_block_agree_with_the_snapshot():
+    for conf in ("", "expandable_segments:True"):
+        allocator = CachingAllocator(AllocatorSettings(**parse_alloc_conf(conf)))
+        blocks = [allocator.malloc(size) for size in (100 * KIB, 3 * MIB, 30 * MIB, 30 * MIB, 700 * KIB)]
+        allocator.free(blocks[2])
+        allocator.free(blocks[1])
+        snapshot = allocator.snapshot()
+        assert allocator.segment_count() == len(snapshot)
+        largest = max(size for segment in snapshot for size, allocated in segment.blocks if not allocated)
+        assert allocator.largest_free_block() == largest

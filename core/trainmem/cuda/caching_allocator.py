@@ -388,6 +388,7 @@ class CachingAllocator:
         self._next_address = 1 << 40
         self._expandable: list[_Segment] = []
         self._segment_heads: dict[int, Block] = {}
+        self._live_segments = 0
 
     # ---------------------------------------------------------------- public API
     def malloc(self, size: int, stream: int = 0) -> Block:
@@ -473,6 +474,16 @@ class CachingAllocator:
                 )
         return sorted(result, key=lambda s: s.address)
 
+    def largest_free_block(self) -> int:
+        """``cacheInfo``: the largest cached free block (``cache_info_aux`` over both pools)."""
+        return max((b.size for pool in (self.small, self.large) for b in pool.blocks), default=0)
+
+    def segment_count(self) -> int:
+        """Segments held: cudaMalloc'd ones, or each mapped range of an expandable segment (as snapshot() lists)."""
+        if not self._expandable:
+            return self._live_segments
+        return len(self.snapshot())
+
     @property
     def cached_bytes(self) -> int:
         """Reserved but not allocated: free blocks the allocator keeps for reuse."""
@@ -520,6 +531,7 @@ class CachingAllocator:
             return None
         block = Block(stream, alloc_size, pool.small, self._new_address(alloc_size))
         self._segment_heads[id(block)] = block
+        self._live_segments += 1
         self._grow_reserved(alloc_size)
         self.num_device_alloc += 1
         return block
@@ -598,6 +610,7 @@ class CachingAllocator:
         self._segment_heads.pop(id(block), None)
         self.reserved_bytes -= block.size
         self.num_device_free += 1
+        self._live_segments -= 1
 
     def _release_available_cached_blocks(self, pool: _Pool, size: int, stream: int) -> bool:
         """``release_available_cached_blocks``: with ``max_split_size_mb``, free oversize cached blocks,

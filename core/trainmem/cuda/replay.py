@@ -87,13 +87,7 @@ def replay_events(events: Iterable[tuple], settings: AllocatorSettings = Allocat
 
 def _free_figures(allocator: CachingAllocator) -> tuple[int, int]:
     """Largest cached free block and segment count at the end of the replay (the cache the peak left)."""
-    snapshot = allocator.snapshot()
-    largest = 0
-    for segment in snapshot:
-        for size, allocated in segment.blocks:
-            if not allocated and size > largest:
-                largest = size
-    return largest, len(snapshot)
+    return allocator.largest_free_block(), allocator.segment_count()
 
 
 def with_conf(settings: AllocatorSettings, conf: str) -> AllocatorSettings:
