@@ -192,7 +192,7 @@ class _StepBuilder:
                 continue
             if op == "alloc":
                 self.out.alloc(mapped, nbytes)
-                if key[0] == "p":
+                if isinstance(key, tuple) and key[0] == "p":
                     self.param_grads.append(mapped)
             else:
                 self.out.free(mapped)
