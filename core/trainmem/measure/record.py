@@ -159,7 +159,8 @@ class CudaMemory(FrozenModel):
         description="cudaMemGetInfo used after torch.cuda.init() and one small kernel, before any model existed.",
     )
     phase_max_reserved: dict[str, int] = Field(
-        default_factory=dict, description="torch.cuda.max_memory_reserved at the end of each phase of the step."
+        default_factory=dict,
+        description="torch.cuda.max_memory_reserved when each phase of the measured step ends (since it began).",
     )
     gpu_name: Optional[str] = None
     driver_version: Optional[str] = None

@@ -114,6 +114,8 @@ def measure(
         for _ in range(warmup_steps):
             run.step.run()
         tracker, cuda = _tracked_step(run.step, setup, device, fake)
+        if cuda is not None:
+            cuda = cuda.model_copy(update={"phase_max_reserved": dict(run.step.phase_max_reserved)})
         accounting = account(
             StepLog(
                 storages=tracker.storages,
