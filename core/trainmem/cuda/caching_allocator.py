@@ -425,8 +425,11 @@ class CachingAllocator:
         self.allocated_bytes -= block.size
         self.requested_bytes -= block.requested
         pool = self.small if block.small else self.large
-        for neighbour in (block.prev, block.next):
-            self._try_merge_blocks(block, neighbour, pool)
+        before, after = block.prev, block.next
+        if before is not None and not before.allocated:
+            self._try_merge_blocks(block, before, pool)
+        if after is not None and not after.allocated:
+            self._try_merge_blocks(block, after, pool)
         pool.insert(block)
 
     def empty_cache(self) -> None:

@@ -55,20 +55,21 @@ def replay_events(events: Iterable[tuple], settings: AllocatorSettings = Allocat
     blocks: dict = {}
     best_allocated, at_best = -1, (0, 0, 0)
     out_of_memory = False
+    malloc, free, pop = allocator.malloc, allocator.free, blocks.pop
     for op, key, nbytes, stream in events:
         if op == "alloc":
             try:
-                blocks[key] = allocator.malloc(nbytes, stream)
+                blocks[key] = malloc(nbytes, stream)
             except AllocatorOutOfMemory:
                 out_of_memory = True
                 break
             if allocator.allocated_bytes > best_allocated:
                 best_allocated = allocator.allocated_bytes
-                at_best = (allocator.reserved_bytes, -1, -1)  # free-block figures filled in lazily below
+                at_best = (allocator.reserved_bytes, -1, -1)
         elif op == "free":
-            block = blocks.pop(key, None)
+            block = pop(key, None)
             if block is not None:
-                allocator.free(block)
+                free(block)
         elif op == "step_end" and key == 0:
             allocator.reset_peak_stats()
             best_allocated = allocator.allocated_bytes
