@@ -713,6 +713,14 @@ class Trace:
     input_grad_bytes: int
     input_saved: bool = False
     """Whether the piece saves its own input tensor for backward (it is then among the saved bytes)."""
+    forward_events: tuple = ()
+    """The forward's allocation log (``Tape.events``), for the CUDA caching-allocator replay."""
+    backward_events: tuple = ()
+    """The backward's allocation log (``BackwardReplay.events``)."""
+    input_key: tuple = ()
+    """(storage id, uid) of the piece's input tensor on its tape, () when it has none."""
+    output_key: tuple = ()
+    """(storage id, uid) of the output whose gradient starts the backward."""
 
 
 def replay(
@@ -722,8 +730,10 @@ def replay(
     output_bytes: int,
     input_saved: bool,
     parameter_grads_exist: bool,
+    input_tensor: Optional[Sym] = None,
 ) -> Trace:
     """Replay the backward of a recorded forward and gather its figures into a :class:`Trace`."""
+    forward_events = tuple(tape.events)
     activations = tape.saved_bytes(("activation",))
     weight_copies = tape.saved_bytes(("weight_copy",))
     backward = tape.backward(outputs, parameter_grads_exist)
@@ -742,6 +752,10 @@ def replay(
         parameter_grad_bytes=backward.parameter_grad_bytes,
         input_grad_bytes=backward.input_grad_bytes,
         input_saved=input_saved,
+        forward_events=forward_events,
+        backward_events=backward.events,
+        input_key=(input_tensor.storage, input_tensor.uid) if input_tensor is not None else (),
+        output_key=(outputs[0].storage, outputs[0].uid) if outputs else (),
     )
 
 
@@ -762,4 +776,4 @@ def trace_layer(
     forward_peak = tape.peak_live_bytes - x.nbytes
     input_saved = x.storage in tape.saved_storages
     tape.release(x)
-    return replay(tape, [out], forward_peak, out.nbytes, input_saved, parameter_grads_exist)
+    return replay(tape, [out], forward_peak, out.nbytes, input_saved, parameter_grads_exist, x)

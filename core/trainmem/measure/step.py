@@ -54,6 +54,7 @@ class TrainingStep:
         self.gradient_storages: set[int] = set()
         self.optimizer_state_storages: set[int] = set()
         self.notes: list[str] = []
+        self.phase_max_reserved: dict[str, int] = {}
         self._install_markers()
 
     # ------------------------------------------------------------------ the loop
@@ -80,6 +81,8 @@ class TrainingStep:
             self._snapshot_optimizer_state()
             self._mark("zero_grad", "zero_grad")
             self.optimizer.zero_grad(set_to_none=True)
+            if self.tracker is not None:
+                self._note_reserved(None)
         self.tracker = None
 
     def _autocast_context(self) -> contextlib.AbstractContextManager:
@@ -146,6 +149,16 @@ class TrainingStep:
     def _mark(self, phase: str, label: str) -> None:
         if self.tracker is not None:
             self.tracker.mark(phase, label, self.micro_batch)
+            self._note_reserved(phase)
+
+    def _note_reserved(self, phase: Optional[str]) -> None:
+        """On CUDA: ``max_memory_reserved`` when a phase ends (since the measured step began)."""
+        if self.device_type != "cuda":
+            return
+        previous = getattr(self, "_phase", None)
+        if previous is not None and previous != phase:
+            self.phase_max_reserved[previous] = torch.cuda.max_memory_reserved()
+        self._phase = phase
 
     def _install_markers(self) -> None:
         layers = decoder_layers(self.model)
