@@ -89,6 +89,15 @@ MIXTRAL_SMALL = {"model_type": "mixtral", **FAMILY_COMMON, "intermediate_size": 
                  "num_experts_per_tok": 2}
 QWEN2_MOE_SMALL = {"model_type": "qwen2_moe", **FAMILY_COMMON, "num_key_value_heads": 8, "moe_intermediate_size": 128,
                    "shared_expert_intermediate_size": 256, "num_experts": 4, "num_experts_per_tok": 2}
+# Multi-head latent attention (DeepSeek-V3 and -V2 shapes, scaled down): dense first layer, shared experts.
+DEEPSEEK_V3_SMALL = {"model_type": "deepseek_v3", **FAMILY_COMMON, "num_key_value_heads": 8,
+                     "moe_intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4,
+                     "topk_group": 2, "n_shared_experts": 1, "first_k_dense_replace": 1, "q_lora_rank": 96,
+                     "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
+DEEPSEEK_V2_SMALL = {"model_type": "deepseek_v2", **FAMILY_COMMON, "num_key_value_heads": 8,
+                     "moe_intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                     "n_shared_experts": 2, "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 64,
+                     "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -241,5 +250,22 @@ CASES: list[dict[str, Any]] = [
     case("qwen2moe-small-fp32-adamw-b2-s256", QWEN2_MOE_SMALL, batch=2, seq=256,
          description="Routed experts plus a gated shared expert."),
     case("qwen25-05b-ampbf16-adamw-b2-s1024-fake", "qwen2.5-0.5b", batch=2, seq=1024, precision="amp-bf16", fake=True),
+    # ---------------------------------------------------------------- multi-head latent attention (DeepSeek)
+    case("deepseek3-small-fp32-adamw-b2-s256", DEEPSEEK_V3_SMALL, batch=2, seq=256,
+         description="MLA (q and kv latents, different q/k and v head dims: CPU SDPA runs its math path), "
+         "sigmoid group-limited router, a dense first layer, a shared expert."),
+    case("deepseek3-small-ampbf16-adamw-eager-b2-s256", DEEPSEEK_V3_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager"),
+    case("deepseek3-small-ampbf16-adamw-ckpt-b2-s512", DEEPSEEK_V3_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full"),
+    case("deepseek3-small-bf16-lora-all-b2-s256", DEEPSEEK_V3_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: MLA projections, dense and shared MLPs, the router and the fused experts."),
+    case("deepseek2-small-fp32-adamw-eager-b2-s256", DEEPSEEK_V2_SMALL, batch=2, seq=256, attention="eager",
+         description="DeepSeek-V2: plain q_proj, complex RoPE, softmax router, two shared experts."),
+    case("deepseek2-small-ampbf16-lora-attn-b2-s256", DEEPSEEK_V2_SMALL, batch=2, seq=256, precision="amp-bf16",
+         lora={"r": 8, "target_modules": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]}),
+    case("deepseek3-small-ampbf16-adamw-b2-s1024-fake", DEEPSEEK_V3_SMALL, batch=2, seq=1024, precision="amp-bf16",
+         fake=True),
 ]
 # fmt: on

@@ -320,7 +320,7 @@ class LayerProgram:
             tape.release(scaled)
             cast = tape.to(probs, v.dtype)
         dropped = tape.dropout(cast, dropout)
-        context = tape.matmul(dropped, v, q.numel)
+        context = tape.matmul(dropped, v, self._context_numel(q, v))
         tape.release(probs, cast, dropped)
         if groups > 1:
             tape.release(k, v)
@@ -366,7 +366,7 @@ class LayerProgram:
         probs = tape.unary_saving_result("softmax", scores, dtype="fp32")
         tape.release(scores)
         dropped = tape.dropout(probs, arch.attention_dropout)
-        context = tape.matmul(dropped, v32, q.numel)
+        context = tape.matmul(dropped, v32, self._context_numel(q, v))
         tape.release(probs, dropped)
         out = tape.to(context, input_dtype)
         contiguous = tape.copy(out)  # transpose(1, 2).reshape(...).contiguous()
@@ -377,6 +377,10 @@ class LayerProgram:
         if self.kernels.selective_recompute:
             self._forget_saved_since(first_saved, keep=())
         return contiguous
+
+    def _context_numel(self, q: Sym, v: Sym) -> int:
+        """Elements of ``probs @ v``: q's, unless values have their own head width (a hook for MLA)."""
+        return q.numel
 
     def _forget_saved_since(self, first_index: int, keep: tuple[Sym, ...]) -> None:
         """Selective recomputation (Korthikanti et al. 2022): the attention core keeps only q, k, v."""
@@ -458,15 +462,7 @@ class LayerProgram:
         h, experts = shape.hidden, shape.local_experts or arch.num_experts
         routed_rows = shape.stream_tokens * shape.experts_per_token
         names = self.names
-        router = Sym(arch.num_experts * h, self.kernels.weight_dtype, self.trainability.trains(names.router), "parameter")
-        logits = tape.linear(x, router, arch.num_experts)
-        logits32 = tape.to(logits, "fp32")
-        probs = tape.unary_saving_result("softmax", logits32)
-        tape.release(logits, logits32)
-        top = tape.gather(probs, routed_rows, routed_rows)  # topk values (backward keeps the indices)
-        tape.release(probs)
-        normalized = tape.mul(top, Sym(shape.stream_tokens, "fp32", True))  # top /= top.sum(-1, keepdim=True)
-        tape.release(top)
+        normalized = self._route(x)
         gathered = tape.gather(x, routed_rows * h, routed_rows)  # hidden_states[perm // k]
         weights = tape.gather(normalized, routed_rows, routed_rows)  # sample_weights[perm]
         tape.release(normalized)
@@ -504,6 +500,22 @@ class LayerProgram:
             tape.release(out, shared)
             out = total
         return out
+
+    def _route(self, x: Sym) -> Sym:
+        """The router: fp32 softmax over the experts, top-k, renormalised; returns the routing weights
+        (one per token and chosen expert). A hook for families whose router differs."""
+        arch, shape, tape = self.arch, self.shape, self.tape
+        routed_rows = shape.stream_tokens * shape.experts_per_token
+        router = Sym(arch.num_experts * shape.hidden, self.kernels.weight_dtype, self.trainability.trains(self.names.router), "parameter")
+        logits = tape.linear(x, router, arch.num_experts)
+        logits32 = tape.to(logits, "fp32")
+        probs = tape.unary_saving_result("softmax", logits32)
+        tape.release(logits, logits32)
+        top = tape.gather(probs, routed_rows, routed_rows)  # topk values (backward keeps the indices)
+        tape.release(probs)
+        normalized = tape.mul(top, Sym(shape.stream_tokens, "fp32", True))  # top /= top.sum(-1, keepdim=True)
+        tape.release(top)
+        return normalized
 
     # ------------------------------------------------------------------ sequence parallelism
     def _gather_sequence(self, x: Sym) -> Sym:

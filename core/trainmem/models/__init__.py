@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from ..architecture import Architecture
 from ..errors import FieldError
+from .deepseek import DeepseekV2, DeepseekV3
 from .family import DecoderFamily
 from .fields import ConfigFields, describe
 from .gemma import Gemma2, Gemma3Text
@@ -41,10 +42,19 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Gemma2,
     Gemma3Text,
     Phi3,
+    DeepseekV2,
+    DeepseekV3,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
 """Supported ``model_type`` values and their family."""
+
+MODEL_TYPE_ALIASES: dict[str, str] = {
+    "kimi_k2": "deepseek_v3",
+}
+"""``model_type`` values of remote-code configs that a transformers class reads as another family:
+Kimi-K2's config has DeepSeek-V3's fields and architecture (transformers' ``Kimi_K25Config`` rewrites a
+``kimi_k2`` text config to ``deepseek_v3``)."""
 
 MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
     "gemma3": "gemma3_text",
@@ -71,7 +81,7 @@ _CUSTOM = _Custom()
 
 
 def supported_model_types() -> list[str]:
-    return sorted(FAMILIES)
+    return sorted({*FAMILIES, *MODEL_TYPE_ALIASES})
 
 
 def family_for(arch: Architecture) -> DecoderFamily:
@@ -91,6 +101,8 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
     model_type = config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise fields.fail("model_type", f"expected a string, got {describe(model_type)}")
+    if model_type in MODEL_TYPE_ALIASES:
+        return _read(FAMILIES[MODEL_TYPE_ALIASES[model_type]], fields, ())
     if model_type in FAMILIES:
         return _read(FAMILIES[model_type], fields, ())
     text_config = fields.mapping("text_config")
