@@ -98,6 +98,10 @@ DEEPSEEK_V2_SMALL = {"model_type": "deepseek_v2", **FAMILY_COMMON, "num_key_valu
                      "moe_intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2,
                      "n_shared_experts": 2, "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 64,
                      "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
+# gpt-oss scaled down: attention sinks, biases, alternating sliding window (shorter than the sequence), biased
+# experts with the clamped SwiGLU on every layer.
+GPT_OSS_SMALL = {"model_type": "gpt_oss", **FAMILY_COMMON, "intermediate_size": 256, "head_dim": 32,
+                 "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -265,6 +269,16 @@ CASES: list[dict[str, Any]] = [
          description="DeepSeek-V2: plain q_proj, complex RoPE, softmax router, two shared experts."),
     case("deepseek2-small-ampbf16-lora-attn-b2-s256", DEEPSEEK_V2_SMALL, batch=2, seq=256, precision="amp-bf16",
          lora={"r": 8, "target_modules": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]}),
+    # ---------------------------------------------------------------- gpt-oss (eager: no SDPA for the sinks)
+    case("gptoss-small-fp32-adamw-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, attention="eager",
+         description="Attention sinks, q/k/v/o biases, a 128-token window on every other layer, biased experts."),
+    case("gptoss-small-ampbf16-adamw-eager-ckpt-b2-s512", GPT_OSS_SMALL, batch=2, seq=512, precision="amp-bf16",
+         attention="eager", checkpointing="full"),
+    case("gptoss-small-bf16-lora-all-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, precision="bf16-pure",
+         attention="eager", lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
+    case("gptoss-small-ampbf16-adamw-eager-b2-s1024-fake", GPT_OSS_SMALL, batch=2, seq=1024, precision="amp-bf16",
+         attention="eager", fake=True),
     case("deepseek3-small-ampbf16-adamw-b2-s1024-fake", DEEPSEEK_V3_SMALL, batch=2, seq=1024, precision="amp-bf16",
          fake=True),
 ]

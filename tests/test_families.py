@@ -72,6 +72,10 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 12,
         "qk_rope_head_dim": 8, "v_head_dim": 10, "mlp_bias": True,
     },
+    "gpt_oss": {
+        "model_type": "gpt_oss", **SMALL, "intermediate_size": 48, "head_dim": 16, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "sliding_window": 8,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 

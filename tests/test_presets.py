@@ -30,6 +30,10 @@ PUBLISHED_COUNTS = {
     "qwen2.5-7b": 7_615_616_512,
     "gemma-2-9b": 9_241_705_984,
     "phi-3-mini": 3_821_079_552,
+    "deepseek-v3": 671_026_404_352,  # card: 671B (+14B of multi-token prediction, not built by transformers)
+    "deepseek-v2-lite": 15_706_484_224,  # card: 15.7B
+    "gpt-oss-20b": 20_914_757_184,  # card: 21B
+    "gpt-oss-120b": 116_829_156_672,  # card: 117B
 }
 
 REQUIRED_PRESETS = [

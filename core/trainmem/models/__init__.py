@@ -24,6 +24,7 @@ from .family import DecoderFamily
 from .fields import ConfigFields, describe
 from .gemma import Gemma2, Gemma3Text
 from .gpt2 import GPT2
+from .gpt_oss import GptOss
 from .llama import Llama
 from .mistral import Mistral, Mixtral
 from .phi3 import Phi3
@@ -44,6 +45,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Phi3,
     DeepseekV2,
     DeepseekV3,
+    GptOss,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
