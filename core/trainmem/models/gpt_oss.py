@@ -51,7 +51,10 @@ GPT_OSS_DEFAULTS = dict(
 
 GPT_OSS_NAMES = ModuleNames(router="mlp.router", experts="mlp.experts")
 
-MXFP4_NOTE = "expert weights trained dequantised to the load dtype (Mxfp4Config(dequantize=True)), not as MXFP4"
+MXFP4_NOTE = (
+    "the MXFP4 format of the published expert weights: trained dequantised to the load dtype "
+    "(Mxfp4Config(dequantize=True)), an assumption"
+)
 
 
 class GptOss(DecoderFamily):
@@ -75,8 +78,7 @@ class GptOss(DecoderFamily):
         if per_token > experts:
             raise fields.fail("num_experts_per_tok", f"cannot exceed num_local_experts ({experts}), got {per_token}")
         bias = fields.boolean("attention_bias", True)
-        quantization = fields.mapping("quantization_config")
-        notes = (MXFP4_NOTE,) if quantization is not None and quantization.get("quant_method") == "mxfp4" else ()
+        fields.mapping("quantization_config")  # MXFP4 as published; trained dequantised either way
         return Architecture(
             **common,
             attention_qkv_bias=bias,
@@ -88,7 +90,7 @@ class GptOss(DecoderFamily):
             expert_bias=True,
             swiglu_limit=fields.number("swiglu_limit", 7.0, minimum=1e-9),
             attention_sinks=True,
-            not_counted=notes,
+            not_counted=(MXFP4_NOTE,),
         )
 
     def layer(self, arch: Architecture) -> list[ParameterTensor]:
