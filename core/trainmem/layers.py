@@ -467,14 +467,14 @@ class LayerProgram:
         weights = tape.gather(normalized, routed_rows, routed_rows)  # sample_weights[perm]
         tape.release(normalized)
         trains = self.trainability.trains(names.experts)
-        gate_up_weight = Sym(experts * 2 * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
-        down_weight = Sym(experts * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
+        gate_up_weight = self.expert_parameter(f"{names.experts}.gate_up_proj", experts * 2 * shape.intermediate * h, trains)
         gate_up = tape.linear(gathered, gate_up_weight, 2 * shape.intermediate, in_features=h, op="grouped_mm")
         tape.release(gathered)
         gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
         activated = self._activation(gate)
         product = tape.mul(activated, up)
         tape.release(gate_up, activated)
+        down_weight = self.expert_parameter(f"{names.experts}.down_proj", experts * shape.intermediate * h, trains)
         down = tape.linear(product, down_weight, h, in_features=shape.intermediate, op="grouped_mm")
         tape.release(product)
         weighted = tape.mul(down, weights)
@@ -501,12 +501,41 @@ class LayerProgram:
             out = total
         return out
 
+    def expert_parameter(self, module: str, numel: int, trains: bool) -> Sym:
+        """A router weight or fused expert parameter as the forward reads it: the parameter itself, or,
+        when LoRA adapts it, PEFT's ``ParamWrapper`` merge (peft/tuners/lora/layer.py ``_activate_lora``):
+        for a 3-D expert stack ``_LoraFactorsProxy``, ``baddbmm(W, lhs, rhs)`` with autocast off (the
+        factors cast to W's dtype), for the 2-D router ``_LoraParameterProxy``, ``W + (B @ A) * scaling``
+        cast to W's dtype. The merged weight is a new tensor that requires grad, so the matmul that uses
+        it saves it, and its input too."""
+        weight = Sym(numel, self.kernels.weight_dtype, trains, "parameter")
+        if not self.trainability.has_adapter(module):
+            return weight
+        tape = self.tape
+        adapter = Sym(numel, self.kernels.adapter_dtype, True, "parameter")  # stands for lora_A and lora_B
+        autocast, tape.autocast = tape.autocast, None
+        try:
+            if module == self.names.router:
+                delta = tape.new(numel, self.kernels.adapter_dtype, True)
+                tape.record("mm", [], [adapter], [delta])
+                delta_cast = tape.to(delta, weight.dtype)
+                merged = tape.add(weight, delta_cast)
+                tape.release(delta, delta_cast)
+            else:
+                factors = tape.to(adapter, weight.dtype)  # lhs, rhs .to(param.dtype): tiny next to W
+                merged = tape.new(numel, weight.dtype, True)
+                tape.record("baddbmm", [], [weight, factors], [merged])
+                tape.release(factors)
+        finally:
+            tape.autocast = autocast
+        return merged
+
     def _route(self, x: Sym) -> Sym:
         """The router: fp32 softmax over the experts, top-k, renormalised; returns the routing weights
         (one per token and chosen expert). A hook for families whose router differs."""
         arch, shape, tape = self.arch, self.shape, self.tape
         routed_rows = shape.stream_tokens * shape.experts_per_token
-        router = Sym(arch.num_experts * shape.hidden, self.kernels.weight_dtype, self.trainability.trains(self.names.router), "parameter")
+        router = self.expert_parameter(self.names.router, arch.num_experts * shape.hidden, self.trainability.trains(self.names.router))
         logits = tape.linear(x, router, arch.num_experts)
         logits32 = tape.to(logits, "fp32")
         probs = tape.unary_saving_result("softmax", logits32)

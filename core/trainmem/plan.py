@@ -155,8 +155,19 @@ class Plan:
         return resolve_lora_targets(self.finetuning.lora, self.family, self.inventory)
 
     def has_adapter(self, module: str) -> bool:
+        """Whether LoRA adapts a linear module, or (as PEFT's ``ParamWrapper``) the router's weight
+        (``<router>``) or a fused expert parameter (``<experts>.gate_up_proj`` / ``.down_proj``)."""
         targets = self.lora_targets
-        return targets is not None and module in targets.modules
+        if targets is None:
+            return False
+        if module in targets.modules:
+            return True
+        names = self.family.names
+        if module == names.router:
+            return targets.experts.router
+        if module.startswith(names.experts + "."):
+            return bool(getattr(targets.experts, module[len(names.experts) + 1 :], 0))
+        return False
 
     @cached_property
     def trainability_key(self) -> tuple:

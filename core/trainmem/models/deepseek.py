@@ -234,7 +234,8 @@ class MlaProgram(LayerProgram):
         """
         arch, shape, tape = self.arch, self.shape, self.tape
         rows = shape.stream_tokens * shape.experts_per_token
-        router = self.parameter(self.names.router, arch.num_experts * shape.hidden)
+        names = self.names
+        router = self.expert_parameter(names.router, arch.num_experts * shape.hidden, self.trainability.trains(names.router))
         x32 = tape.to(x, "fp32")
         w32 = tape.to(router, "fp32")
         logits = tape.linear(x32, w32, arch.num_experts)
