@@ -8,7 +8,8 @@ that ran). Small models (≤ 124M parameters) run for real on the CPU; large one
 
 Coverage, by design: GPT-2 and Llama families from ~12M to 6.7B parameters, plus one
 small model of every other family trainmem reads (qwen2, mistral, phi3, gemma2, qwen3,
-mixtral, qwen2_moe) and Qwen2.5-0.5B; micro-batch
+mixtral, qwen2_moe, DeepSeek-V2/V3 with multi-head latent attention, gpt-oss with attention sinks)
+and Qwen2.5-0.5B; micro-batch
 1–8; sequence 128–4096; fp32, AMP bf16 and pure bf16; SGD, SGD with momentum, Adam,
 AdamW and Adafactor; for-loop, foreach and fused optimizer steps; no and full activation
 checkpointing; eager, fused SDPA and SDPA's math path; LoRA on attention only and on all
@@ -269,6 +270,8 @@ CASES: list[dict[str, Any]] = [
          description="DeepSeek-V2: plain q_proj, complex RoPE, softmax router, two shared experts."),
     case("deepseek2-small-ampbf16-lora-attn-b2-s256", DEEPSEEK_V2_SMALL, batch=2, seq=256, precision="amp-bf16",
          lora={"r": 8, "target_modules": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]}),
+    # No fake-tensor cases for the MoE families: under FakeTensorMode torch 2.13's meta kernel of
+    # _grouped_mm accepts bf16 inputs only ("Expected inputs of BF16 type"), so fp32 and AMP steps fail.
     # ---------------------------------------------------------------- gpt-oss (eager: no SDPA for the sinks)
     case("gptoss-small-fp32-adamw-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, attention="eager",
          description="Attention sinks, q/k/v/o biases, a 128-token window on every other layer, biased experts."),
@@ -277,9 +280,5 @@ CASES: list[dict[str, Any]] = [
     case("gptoss-small-bf16-lora-all-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, precision="bf16-pure",
          attention="eager", lora={"r": 8, "target_modules": "all-linear"},
          description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
-    case("gptoss-small-ampbf16-adamw-eager-b2-s1024-fake", GPT_OSS_SMALL, batch=2, seq=1024, precision="amp-bf16",
-         attention="eager", fake=True),
-    case("deepseek3-small-ampbf16-adamw-b2-s1024-fake", DEEPSEEK_V3_SMALL, batch=2, seq=1024, precision="amp-bf16",
-         fake=True),
 ]
 # fmt: on

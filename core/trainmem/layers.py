@@ -467,14 +467,20 @@ class LayerProgram:
         weights = tape.gather(normalized, routed_rows, routed_rows)  # sample_weights[perm]
         tape.release(normalized)
         trains = self.trainability.trains(names.experts)
-        gate_up_weight = self.expert_parameter(f"{names.experts}.gate_up_proj", experts * 2 * shape.intermediate * h, trains)
+        rank = self.kernels.lora_rank
+        gate_up_weight = self.expert_parameter(
+            f"{names.experts}.gate_up_proj", experts * 2 * shape.intermediate * h, trains,
+            2 * rank * experts * (2 * shape.intermediate + h),  # rank doubled: w1 and w3 fused (rank_pattern)
+        )
         gate_up = tape.linear(gathered, gate_up_weight, 2 * shape.intermediate, in_features=h, op="grouped_mm")
         tape.release(gathered)
         gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
         activated = self._activation(gate)
         product = tape.mul(activated, up)
         tape.release(gate_up, activated)
-        down_weight = self.expert_parameter(f"{names.experts}.down_proj", experts * shape.intermediate * h, trains)
+        down_weight = self.expert_parameter(
+            f"{names.experts}.down_proj", experts * shape.intermediate * h, trains, rank * experts * (shape.intermediate + h)
+        )
         down = tape.linear(product, down_weight, h, in_features=shape.intermediate, op="grouped_mm")
         tape.release(product)
         weighted = tape.mul(down, weights)
@@ -501,18 +507,18 @@ class LayerProgram:
             out = total
         return out
 
-    def expert_parameter(self, module: str, numel: int, trains: bool) -> Sym:
+    def expert_parameter(self, module: str, numel: int, trains: bool, factors_numel: int = 0) -> Sym:
         """A router weight or fused expert parameter as the forward reads it: the parameter itself, or,
         when LoRA adapts it, PEFT's ``ParamWrapper`` merge (peft/tuners/lora/layer.py ``_activate_lora``):
         for a 3-D expert stack ``_LoraFactorsProxy``, ``baddbmm(W, lhs, rhs)`` with autocast off (the
         factors cast to W's dtype), for the 2-D router ``_LoraParameterProxy``, ``W + (B @ A) * scaling``
         cast to W's dtype. The merged weight is a new tensor that requires grad, so the matmul that uses
-        it saves it, and its input too."""
+        it saves it, and its input too. ``factors_numel``: elements of lhs and rhs (r·E·(in + out))."""
         weight = Sym(numel, self.kernels.weight_dtype, trains, "parameter")
         if not self.trainability.has_adapter(module):
             return weight
         tape = self.tape
-        adapter = Sym(numel, self.kernels.adapter_dtype, True, "parameter")  # stands for lora_A and lora_B
+        adapter = Sym(max(factors_numel, 1), self.kernels.adapter_dtype, True, "parameter")  # lora_A and lora_B
         autocast, tape.autocast = tape.autocast, None
         try:
             if module == self.names.router:
@@ -522,7 +528,7 @@ class LayerProgram:
                 merged = tape.add(weight, delta_cast)
                 tape.release(delta, delta_cast)
             else:
-                factors = tape.to(adapter, weight.dtype)  # lhs, rhs .to(param.dtype): tiny next to W
+                factors = tape.to(adapter, weight.dtype)  # lhs, rhs .to(param.dtype)
                 merged = tape.new(numel, weight.dtype, True)
                 tape.record("baddbmm", [], [weight, factors], [merged])
                 tape.release(factors)

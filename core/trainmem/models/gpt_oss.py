@@ -221,7 +221,10 @@ class GptOssProgram(LayerProgram):
         gathered = tape.gather(x, rows * h, rows)  # hidden_states[perm // k]
         weights = tape.gather(routing, rows, rows)  # sample_weights[perm]
         tape.release(routing)
-        gate_up_weight = self.expert_parameter(f"{self.names.experts}.gate_up_proj", experts * 2 * i * h, trains)
+        rank = self.kernels.lora_rank
+        gate_up_weight = self.expert_parameter(
+            f"{self.names.experts}.gate_up_proj", experts * 2 * i * h, trains, rank * experts * (2 * i + h)
+        )
         gate_up = tape.linear(gathered, gate_up_weight, 2 * i, in_features=h, op="grouped_mm")
         tape.release(gathered)
         gate_up = self._add_gathered_bias(gate_up, experts * 2 * i, rows * 2 * i, rows, trains)
@@ -238,7 +241,7 @@ class GptOssProgram(LayerProgram):
         tape.release(up_clamped)
         gated = tape.mul(up_plus_one, glu)
         tape.release(up_plus_one, glu)
-        down_weight = self.expert_parameter(f"{self.names.experts}.down_proj", experts * i * h, trains)
+        down_weight = self.expert_parameter(f"{self.names.experts}.down_proj", experts * i * h, trains, rank * experts * (i + h))
         down = tape.linear(gated, down_weight, h, in_features=i, op="grouped_mm")
         tape.release(gated)
         down = self._add_gathered_bias(down, experts * h, rows * h, rows, trains)
