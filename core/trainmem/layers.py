@@ -528,9 +528,12 @@ class LayerProgram:
                 merged = tape.add(weight, delta_cast)
                 tape.release(delta, delta_cast)
             else:
-                factors = tape.to(adapter, weight.dtype)  # lhs, rhs .to(param.dtype)
+                factors = adapter  # lhs, rhs: views of lora_B, lora_A, or their .to(param.dtype) copies
+                if adapter.dtype != weight.dtype:
+                    factors = tape.new(adapter.numel, weight.dtype, True)  # not autocast's: an activation
+                    tape.record("to_copy", [], [adapter], [factors])
                 merged = tape.new(numel, weight.dtype, True)
-                tape.record("baddbmm", [], [weight, factors], [merged])
+                tape.record("baddbmm", [factors], [weight, factors], [merged])  # each factor's grad needs the other
                 tape.release(factors)
         finally:
             tape.autocast = autocast
