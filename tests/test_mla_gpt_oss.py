@@ -123,3 +123,31 @@ def test_gpt_oss_eager_estimate_and_lora_all_linear_adapts_attention_only():
     h, q, kv, r, layers = 128, 4 * 32, 2 * 32, 8, 2
     per_layer = r * ((h + q) + 2 * (h + kv) + (q + h))
     assert report.num_trainable_parameters == per_layer * layers
+
+
+KIMI_K2 = {  # moonshotai/Kimi-K2-Instruct config.json (remote code: model_type kimi_k2), shape fields
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "vocab_size": 163840, "hidden_size": 7168,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 64,
+    "num_key_value_heads": 64, "n_shared_experts": 1, "n_routed_experts": 384, "routed_scaling_factor": 2.827,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
+    "topk_method": "noaux_tc", "n_group": 1, "topk_group": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+    "norm_topk_prob": True, "scoring_func": "sigmoid", "num_nextn_predict_layers": 0, "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+}
+KIMI_K2_PARAMETERS = 1_026_408_209_408
+"""DeepseekV3ForCausalLM built from these fields on the meta device (transformers 5.24); the card says 1T."""
+
+
+def test_kimi_k2_counts_as_transformers_builds_it():
+    assert build_inventory(architecture_from_hf_config(KIMI_K2)).num_parameters == KIMI_K2_PARAMETERS
+
+
+@pytest.mark.torch
+def test_kimi_k2_count_on_the_meta_device():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    fields = {k: v for k, v in KIMI_K2.items() if k not in ("architectures", "model_type")}
+    config = transformers.AutoConfig.for_model("deepseek_v3", **fields)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == KIMI_K2_PARAMETERS
