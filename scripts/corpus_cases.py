@@ -275,6 +275,9 @@ CASES: list[dict[str, Any]] = [
     case("deepseek-v2-lite-bf16-lora-all-b1-s1024-fake", "deepseek-v2-lite", batch=1, seq=1024,
          precision="bf16-pure", lora={"r": 16, "target_modules": "all-linear"}, fake=True,
          description="DeepSeek-V2-Lite (15.7B) LoRA on everything PEFT adapts: the merged expert stacks are saved."),
+    case("gptoss-20b-bf16-lora-attn-eager-b1-s512-fake", "gpt-oss-20b", batch=1, seq=512, precision="bf16-pure",
+         attention="eager", lora={"r": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}, fake=True,
+         description="gpt-oss-20b, experts dequantised to bf16, LoRA on attention."),
     # ---------------------------------------------------------------- gpt-oss (eager: no SDPA for the sinks)
     case("gptoss-small-fp32-adamw-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, attention="eager",
          description="Attention sinks, q/k/v/o biases, a 128-token window on every other layer, biased experts."),
