@@ -35,8 +35,8 @@ deepseek_v3 -> qwen2_moe); PEFT has no default targets for them.
 **Multi-token prediction**: ``DeepseekV3Config.num_mtp_layers`` (``num_nextn_predict_layers``)
 describes MTP modules of the checkpoint, but ``DeepseekV3ForCausalLM`` does not build them
 (``_keys_to_ignore_on_load_unexpected`` drops ``model.layers.61.*``); transformers builds them only
-as a separate ``MtpModel`` for speculative decoding (modeling_layers.py). They are not counted, and
-the report says so when the config has them.
+as a separate ``MtpModel`` for speculative decoding (modeling_layers.py). They are not counted; the
+Architecture lists them in ``not_counted`` when the config has them.
 
 **Kimi-K2** configs (``model_type`` "kimi_k2", remote code) have DeepSeek-V3's fields; transformers
 reads them as deepseek_v3 (``Kimi_K25Config.__post_init__`` rewrites a ``kimi_k2`` text config to
