@@ -151,3 +151,13 @@ def test_kimi_k2_count_on_the_meta_device():
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     assert sum(p.numel() for p in model.parameters()) == KIMI_K2_PARAMETERS
+
+
+def test_gpt_oss_names_the_attention_it_cannot_run():
+    from trainmem.models import FAMILIES
+
+    family = FAMILIES["gpt_oss"]
+    assert family.unsupported_attention("sdpa", "cpu") and family.unsupported_attention("sdpa-math", "cpu")
+    assert family.unsupported_attention("eager", "cpu") is None
+    assert family.unsupported_attention("sdpa", "cuda") is None  # a flash kernel with s_aux
+    assert FAMILIES["deepseek_v3"].unsupported_attention("sdpa", "cpu") is None

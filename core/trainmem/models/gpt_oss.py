@@ -27,6 +27,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..architecture import Architecture
 from ..errors import FieldError
 from ..layers import LayerProgram
@@ -48,6 +50,11 @@ GPT_OSS_DEFAULTS = dict(
     tie_word_embeddings=False,
 )
 """``GptOssConfig``'s defaults (those of gpt-oss-20b, except the layer count: 24 there)."""
+
+CPU_ATTENTION_MESSAGE = (
+    "gpt_oss trains with eager attention on CPU: transformers 5.24 has no SDPA path for its attention sinks "
+    "(GptOssPreTrainedModel._supports_sdpa is False); use 'eager'"
+)
 
 GPT_OSS_NAMES = ModuleNames(router="mlp.router", experts="mlp.experts")
 
@@ -107,6 +114,11 @@ class GptOss(DecoderFamily):
         sinks = [ParameterTensor("self_attn.sinks", "attention", (arch.num_attention_heads,))]
         return blocks.attention(arch, names) + sinks + moe + blocks.layer_norms(arch, names)
 
+    def unsupported_attention(self, attention: str, device: str) -> Optional[str]:
+        if attention != "eager" and device == "cpu":
+            return CPU_ATTENTION_MESSAGE
+        return None
+
     def program(self) -> type[LayerProgram]:
         return GptOssProgram
 
@@ -147,11 +159,7 @@ class GptOssProgram(LayerProgram):
     def _attention_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
         kernel = self.kernels.attention
         if kernel != "eager" and self.kernels.device == "cpu":
-            raise FieldError(
-                "attention",
-                "gpt_oss trains with eager attention on CPU: transformers 5.24 has no SDPA path for its attention "
-                "sinks (GptOssPreTrainedModel._supports_sdpa is False); use 'eager'",
-            )
+            raise FieldError("attention", CPU_ATTENTION_MESSAGE)
         if kernel != "eager":
             # flash attention with s_aux (CUDA): saves what a fused kernel saves (assumed, not measured)
             lse = self.shape.batch * self.shape.heads * self.shape.seq
