@@ -160,4 +160,5 @@ def test_gpt_oss_names_the_attention_it_cannot_run():
     assert family.unsupported_attention("sdpa", "cpu") and family.unsupported_attention("sdpa-math", "cpu")
     assert family.unsupported_attention("eager", "cpu") is None
     assert family.unsupported_attention("sdpa", "cuda") is None  # a flash kernel with s_aux
+    assert family.unsupported_attention("sdpa-math", "cuda")
     assert FAMILIES["deepseek_v3"].unsupported_attention("sdpa", "cpu") is None

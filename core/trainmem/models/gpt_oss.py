@@ -56,6 +56,11 @@ CPU_ATTENTION_MESSAGE = (
     "(GptOssPreTrainedModel._supports_sdpa is False); use 'eager'"
 )
 
+CUDA_MATH_MESSAGE = (
+    "gpt_oss has no SDPA math path (its sinks need eager or a flash kernel with s_aux); use 'eager' or 'sdpa' "
+    "(a fused flash kernel on CUDA)"
+)
+
 GPT_OSS_NAMES = ModuleNames(router="mlp.router", experts="mlp.experts")
 
 MXFP4_NOTE = (
@@ -115,8 +120,10 @@ class GptOss(DecoderFamily):
         return blocks.attention(arch, names) + sinks + moe + blocks.layer_norms(arch, names)
 
     def unsupported_attention(self, attention: str, device: str) -> Optional[str]:
-        if attention != "eager" and device == "cpu":
-            return CPU_ATTENTION_MESSAGE
+        """No SDPA for the sinks: eager anywhere; on CUDA ``sdpa`` stands for a fused flash kernel that
+        takes ``s_aux`` (kernels-community/vllm-flash-attn3), which has no math fallback."""
+        if attention == "sdpa-math" or (attention != "eager" and device == "cpu"):
+            return CPU_ATTENTION_MESSAGE if device == "cpu" else CUDA_MATH_MESSAGE
         return None
 
     def program(self) -> type[LayerProgram]:
@@ -160,6 +167,8 @@ class GptOssProgram(LayerProgram):
         kernel = self.kernels.attention
         if kernel != "eager" and self.kernels.device == "cpu":
             raise FieldError("attention", CPU_ATTENTION_MESSAGE)
+        if kernel == "math":
+            raise FieldError("attention", CUDA_MATH_MESSAGE)
         if kernel != "eager":
             # flash attention with s_aux (CUDA): saves what a fused kernel saves (assumed, not measured)
             lse = self.shape.batch * self.shape.heads * self.shape.seq
