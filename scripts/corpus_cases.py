@@ -8,7 +8,8 @@ that ran). Small models (≤ 124M parameters) run for real on the CPU; large one
 
 Coverage, by design: GPT-2 and Llama families from ~12M to 6.7B parameters, plus one
 small model of every other family trainmem reads (qwen2, mistral, phi3, gemma2, qwen3,
-mixtral, qwen2_moe) and Qwen2.5-0.5B; micro-batch
+mixtral, qwen2_moe, DeepSeek-V2/V3 with multi-head latent attention, gpt-oss with attention sinks)
+and Qwen2.5-0.5B; micro-batch
 1–8; sequence 128–4096; fp32, AMP bf16 and pure bf16; SGD, SGD with momentum, Adam,
 AdamW and Adafactor; for-loop, foreach and fused optimizer steps; no and full activation
 checkpointing; eager, fused SDPA and SDPA's math path; LoRA on attention only and on all
@@ -105,6 +106,19 @@ PYTHIA_SMALL = {"model_type": "gpt_neox", **FAMILY_COMMON, "num_key_value_heads"
 LLAMA4_SMALL = {"model_type": "llama4_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "intermediate_size": 256,
                 "intermediate_size_mlp": 512, "head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 1,
                 "interleave_moe_layer_step": 2}
+# Multi-head latent attention (DeepSeek-V3 and -V2 shapes, scaled down): dense first layer, shared experts.
+DEEPSEEK_V3_SMALL = {"model_type": "deepseek_v3", **FAMILY_COMMON, "num_key_value_heads": 8,
+                     "moe_intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4,
+                     "topk_group": 2, "n_shared_experts": 1, "first_k_dense_replace": 1, "q_lora_rank": 96,
+                     "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
+DEEPSEEK_V2_SMALL = {"model_type": "deepseek_v2", **FAMILY_COMMON, "num_key_value_heads": 8,
+                     "moe_intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                     "n_shared_experts": 2, "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 64,
+                     "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
+# gpt-oss scaled down: attention sinks, biases, alternating sliding window (shorter than the sequence), biased
+# experts with the clamped SwiGLU on every layer.
+GPT_OSS_SMALL = {"model_type": "gpt_oss", **FAMILY_COMMON, "intermediate_size": 256, "head_dim": 32,
+                 "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -298,5 +312,36 @@ CASES: list[dict[str, Any]] = [
     case("qwen3-30b-a3b-bf16-lora-all-ckpt-b1-s1024-fake", "qwen3-30b-a3b", batch=1, seq=1024, precision="bf16-pure",
          lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", fake=True,
          description="Qwen3-30B-A3B LoRA on attention, routers and 128 fused experts per layer."),
+    # ---------------------------------------------------------------- multi-head latent attention (DeepSeek)
+    case("deepseek3-small-fp32-adamw-b2-s256", DEEPSEEK_V3_SMALL, batch=2, seq=256,
+         description="MLA (q and kv latents, different q/k and v head dims: CPU SDPA runs its math path), "
+         "sigmoid group-limited router, a dense first layer, a shared expert."),
+    case("deepseek3-small-ampbf16-adamw-eager-b2-s256", DEEPSEEK_V3_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager"),
+    case("deepseek3-small-ampbf16-adamw-ckpt-b2-s512", DEEPSEEK_V3_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full"),
+    case("deepseek3-small-bf16-lora-all-b2-s256", DEEPSEEK_V3_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: MLA projections, dense and shared MLPs, the router and the fused experts."),
+    case("deepseek2-small-fp32-adamw-eager-b2-s256", DEEPSEEK_V2_SMALL, batch=2, seq=256, attention="eager",
+         description="DeepSeek-V2: plain q_proj, complex RoPE, softmax router, two shared experts."),
+    case("deepseek2-small-ampbf16-lora-attn-b2-s256", DEEPSEEK_V2_SMALL, batch=2, seq=256, precision="amp-bf16",
+         lora={"r": 8, "target_modules": ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]}),
+    # Fake-tensor cases of the MoE families are pure bf16: under FakeTensorMode torch 2.13's meta kernel of
+    # _grouped_mm accepts bf16 inputs only ("Expected inputs of BF16 type"), so fp32 and AMP steps fail.
+    case("deepseek-v2-lite-bf16-lora-all-b1-s1024-fake", "deepseek-v2-lite", batch=1, seq=1024,
+         precision="bf16-pure", lora={"r": 16, "target_modules": "all-linear"}, fake=True,
+         description="DeepSeek-V2-Lite (15.7B) LoRA on everything PEFT adapts: the merged expert stacks are saved."),
+    case("gptoss-20b-bf16-lora-attn-eager-b1-s512-fake", "gpt-oss-20b", batch=1, seq=512, precision="bf16-pure",
+         attention="eager", lora={"r": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}, fake=True,
+         description="gpt-oss-20b, experts dequantised to bf16, LoRA on attention."),
+    # ---------------------------------------------------------------- gpt-oss (eager: no SDPA for the sinks)
+    case("gptoss-small-fp32-adamw-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, attention="eager",
+         description="Attention sinks, q/k/v/o biases, a 128-token window on every other layer, biased experts."),
+    case("gptoss-small-ampbf16-adamw-eager-ckpt-b2-s512", GPT_OSS_SMALL, batch=2, seq=512, precision="amp-bf16",
+         attention="eager", checkpointing="full"),
+    case("gptoss-small-bf16-lora-all-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, precision="bf16-pure",
+         attention="eager", lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
 ]
 # fmt: on

@@ -70,6 +70,27 @@ FAMILY_CONFIGS: dict[str, dict] = {
     "gpt_neox-serial": {
         "model_type": "gpt_neox", **SMALL, "num_key_value_heads": 4, "intermediate_size": 256,
         "use_parallel_residual": False, "tie_word_embeddings": True,
+    "deepseek_v3": {
+        "model_type": "deepseek_v3", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96,
+        "moe_intermediate_size": 32, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2,
+        "n_shared_experts": 1, "first_k_dense_replace": 1, "q_lora_rank": 24, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 10,
+    },
+    "deepseek_v3-plain-q": {
+        "model_type": "deepseek_v3", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96,
+        "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1,
+        "n_shared_experts": 2, "first_k_dense_replace": 0, "q_lora_rank": None, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "attention_bias": True,
+    },
+    "deepseek_v2": {
+        "model_type": "deepseek_v2", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96,
+        "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 2,
+        "first_k_dense_replace": 1, "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 12,
+        "qk_rope_head_dim": 8, "v_head_dim": 10, "mlp_bias": True,
+    },
+    "gpt_oss": {
+        "model_type": "gpt_oss", **SMALL, "intermediate_size": 48, "head_dim": 16, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "sliding_window": 8,
     },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }

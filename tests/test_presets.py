@@ -43,6 +43,10 @@ PUBLISHED_COUNTS = {
     "pythia-1.4b": 1_414_647_808,
     "pythia-6.9b": 6_857_302_016,
     "pythia-12b": 11_846_072_320,
+    "deepseek-v3": 671_026_404_352,  # card: 671B (+14B of multi-token prediction, not built by transformers)
+    "deepseek-v2-lite": 15_706_484_224,  # card: 15.7B
+    "gpt-oss-20b": 20_914_757_184,  # card: 21B
+    "gpt-oss-120b": 116_829_156_672,  # card: 117B
 }
 
 REQUIRED_PRESETS = [

@@ -126,6 +126,38 @@ class Architecture(FrozenModel):
     rope_sets: Literal[1, 2] = Field(
         default=1, description="Rotary tables per forward: Gemma 3 keeps one for global and one for local layers."
     )
+    # ---- multi-head latent attention and gpt-oss (models/deepseek.py, models/gpt_oss.py)
+    kv_lora_rank: Optional[PositiveInt] = Field(
+        default=None,
+        description="Multi-head latent attention (DeepSeek-V2/V3): width of the compressed key/value latent; "
+        "None for ordinary attention.",
+    )
+    q_lora_rank: Optional[PositiveInt] = Field(
+        default=None, description="MLA: width of the compressed query (q_a_proj); None for a plain q_proj."
+    )
+    qk_nope_head_dim: NonNegativeInt = Field(default=0, description="MLA: per-head query/key width without RoPE.")
+    qk_rope_head_dim: NonNegativeInt = Field(default=0, description="MLA: per-head query/key width with RoPE.")
+    v_head_dim: Optional[PositiveInt] = Field(default=None, description="MLA: per-head value width.")
+    rope_layout: Literal["half", "interleaved", "complex"] = Field(
+        default="half",
+        description="How RoPE rotates: rotate_half (Llama), even/odd pairs (DeepSeek-V3 rope_interleave), "
+        "complex multiplication (DeepSeek-V2's view_as_complex).",
+    )
+    router_scoring: Literal["softmax", "sigmoid", "topk_softmax"] = Field(
+        default="softmax",
+        description="softmax over all experts then top-k (Mixtral, DeepSeek-V2); sigmoid scores with a "
+        "selection bias (DeepSeek-V3); top-k of the logits then softmax over the k (gpt-oss).",
+    )
+    router_bias: bool = Field(default=False, description="The router has a bias parameter (gpt-oss).")
+    router_score_correction_bias: bool = Field(
+        default=False, description="DeepSeek-V3's e_score_correction_bias buffer (E fp32 values per MoE layer)."
+    )
+    norm_topk_prob: bool = Field(default=True, description="Top-k routing weights renormalised to sum to one.")
+    expert_bias: bool = Field(default=False, description="Routed experts have biases (gpt-oss).")
+    swiglu_limit: Optional[float] = Field(
+        default=None, gt=0, description="gpt-oss clamps gate and up to this limit: (up + 1) * gate * sigmoid(alpha * gate)."
+    )
+    attention_sinks: bool = Field(default=False, description="One learned sink logit per head (gpt-oss sinks).")
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
@@ -154,7 +186,22 @@ class Architecture(FrozenModel):
                 raise ValueError(
                     f"dense_layers {beyond} are not layers of a {self.num_hidden_layers}-layer model"
                 )
+        if self.kv_lora_rank is not None:
+            if self.kv_lora_rank > self.hidden_size:
+                raise ValueError(f"kv_lora_rank ({self.kv_lora_rank}) cannot exceed hidden_size ({self.hidden_size})")
+            if not self.qk_rope_head_dim or self.v_head_dim is None:
+                raise ValueError("multi-head latent attention needs qk_rope_head_dim and v_head_dim")
         return self
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head width of queries and keys: qk_nope_head_dim + qk_rope_head_dim under MLA, else head_dim."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.resolved_head_dim
 
     @property
     def kv_heads(self) -> int:

@@ -358,7 +358,7 @@ class LayerProgram:
             tape.release(scaled)
             cast = tape.to(probs, v.dtype)
         dropped = tape.dropout(cast, dropout)
-        context = tape.matmul(dropped, v, q.numel)
+        context = tape.matmul(dropped, v, self._context_numel(q, v))
         tape.release(probs, cast, dropped)
         if groups > 1:
             tape.release(k, v)
@@ -404,7 +404,7 @@ class LayerProgram:
         probs = tape.unary_saving_result("softmax", scores, dtype="fp32")
         tape.release(scores)
         dropped = tape.dropout(probs, arch.attention_dropout)
-        context = tape.matmul(dropped, v32, q.numel)
+        context = tape.matmul(dropped, v32, self._context_numel(q, v))
         tape.release(probs, dropped)
         out = tape.to(context, input_dtype)
         contiguous = tape.copy(out)  # transpose(1, 2).reshape(...).contiguous()
@@ -415,6 +415,10 @@ class LayerProgram:
         if self.kernels.selective_recompute:
             self._forget_saved_since(first_saved, keep=())
         return contiguous
+
+    def _context_numel(self, q: Sym, v: Sym) -> int:
+        """Elements of ``probs @ v``: q's, unless values have their own head width (a hook for MLA)."""
+        return q.numel
 
     def _forget_saved_since(self, first_index: int, keep: tuple[Sym, ...]) -> None:
         """Selective recomputation (Korthikanti et al. 2022): the attention core keeps only q, k, v."""
@@ -496,26 +500,15 @@ class LayerProgram:
         h, experts = shape.hidden, shape.local_experts or arch.num_experts
         routed_rows = shape.stream_tokens * shape.experts_per_token
         names = self.names
-        router = Sym(arch.num_experts * h, self.kernels.weight_dtype, self.trainability.trains(names.router), "parameter")
-        router = self._lora_parameter(names.router, router, 1, h, arch.num_experts)
-        logits = tape.linear(x, router, arch.num_experts)
-        logits32 = tape.to(logits, "fp32")
-        probs = tape.unary_saving_result("softmax", logits32)
-        tape.release(logits, logits32)
-        top = tape.gather(probs, routed_rows, routed_rows)  # topk values (backward keeps the indices)
-        tape.release(probs)
-        normalized = tape.mul(top, Sym(shape.stream_tokens, "fp32", True))  # top /= top.sum(-1, keepdim=True)
-        tape.release(top)
+        normalized = self._route(x)
         gathered = tape.gather(x, routed_rows * h, routed_rows)  # hidden_states[perm // k]
         weights = tape.gather(normalized, routed_rows, routed_rows)  # sample_weights[perm]
         tape.release(normalized)
         trains = self.trainability.trains(names.experts)
-        gate_up_weight = Sym(experts * 2 * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
-        down_weight = Sym(experts * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
-        # PEFT's ParamWrapper computes each adapted expert parameter when the experts' forward first reads it
-        # (parametrize.cached): gate_up_proj first, down_proj when the second matmul runs.
-        gate_up_weight = self._lora_parameter(
-            f"{names.experts}.gate_up_proj", gate_up_weight, experts, h, 2 * shape.intermediate
+        rank = self.kernels.lora_rank
+        gate_up_weight = self.expert_parameter(
+            f"{names.experts}.gate_up_proj", experts * 2 * shape.intermediate * h, trains,
+            2 * rank * experts * (2 * shape.intermediate + h),  # rank doubled: w1 and w3 fused (rank_pattern)
         )
         gate_up = tape.linear(gathered, gate_up_weight, 2 * shape.intermediate, in_features=h, op="grouped_mm")
         tape.release(gathered)
@@ -523,7 +516,9 @@ class LayerProgram:
         activated = self._activation(gate)
         product = tape.mul(activated, up)
         tape.release(gate_up, activated)
-        down_weight = self._lora_parameter(f"{names.experts}.down_proj", down_weight, experts, shape.intermediate, h)
+        down_weight = self.expert_parameter(
+            f"{names.experts}.down_proj", experts * shape.intermediate * h, trains, rank * experts * (shape.intermediate + h)
+        )
         down = tape.linear(product, down_weight, h, in_features=shape.intermediate, op="grouped_mm")
         tape.release(product)
         tape.release(gate_up_weight, down_weight)  # the parametrization cache ends with the experts' forward
@@ -551,44 +546,53 @@ class LayerProgram:
             out = total
         return out
 
-    def _lora_parameter(self, path: str, weight: Sym, experts: int, in_features: int, out_features: int) -> Sym:
-        """PEFT's ``ParamWrapper`` around an adapted parameter (a router weight or a fused expert stack).
-
-        peft/tuners/lora/layer.py ``ParamWrapper._activate_lora``: for a stack of experts with one
-        adapter, ``_LoraFactorsProxy`` computes ``torch.baddbmm(W, lhs, rhs, alpha=scaling)`` with autocast
-        off (lhs (E, out, r), rhs (E, r, in): views of lora_B and lora_A cast to the parameter's dtype),
-        a new tensor the size of the whole stack that the expert matmul then saves for backward; for a
-        2-D parameter (the router), ``get_delta_weight`` makes ``B @ A * scaling`` (cast to the
-        parameter's dtype) and the parametrization returns ``W + delta``. ``gate_up_proj``'s rank is
-        2·r (PEFT's ``rank_pattern`` for the two fused projections).
-        """
-        if not self.trainability.has_adapter(path):
+    def expert_parameter(self, module: str, numel: int, trains: bool, factors_numel: int = 0) -> Sym:
+        """A router weight or fused expert parameter as the forward reads it: the parameter itself, or,
+        when LoRA adapts it, PEFT's ``ParamWrapper`` merge (peft/tuners/lora/layer.py ``_activate_lora``):
+        for a 3-D expert stack ``_LoraFactorsProxy``, ``baddbmm(W, lhs, rhs)`` with autocast off (the
+        factors cast to W's dtype), for the 2-D router ``_LoraParameterProxy``, ``W + (B @ A) * scaling``
+        cast to W's dtype. The merged weight is a new tensor that requires grad, so the matmul that uses
+        it saves it, and its input too. ``factors_numel``: elements of lhs and rhs (r·E·(in + out))."""
+        weight = Sym(numel, self.kernels.weight_dtype, trains, "parameter")
+        if not self.trainability.has_adapter(module):
             return weight
-        tape, kernels = self.tape, self.kernels
-        rank = kernels.lora_rank * (2 if path.endswith("gate_up_proj") else 1)
-        lora_a = Sym(experts * rank * in_features, kernels.adapter_dtype, True, "parameter")
-        lora_b = Sym(out_features * rank * experts, kernels.adapter_dtype, True, "parameter")
-        if experts > 1:
-            autocast, tape.autocast = tape.autocast, None
-            try:
-                lhs, rhs = tape.to(lora_b, weight.dtype), tape.to(lora_a, weight.dtype)
-                adapted = tape.new(weight.numel, weight.dtype, True)
-                tape.record("baddbmm", [rhs, lhs], [weight, lhs, rhs], [adapted])
-                for cast, original in ((lhs, lora_b), (rhs, lora_a)):
-                    if cast is not original:
-                        tape.release(cast)
-            finally:
-                tape.autocast = autocast
-            return adapted
-        delta = tape.matmul(lora_b, lora_a, weight.numel)
-        scaled = tape.scale(delta)
-        tape.release(delta)
-        cast = tape.to(scaled, weight.dtype)
-        if cast is not scaled:
-            tape.release(scaled)
-        adapted = tape.add(weight, cast)
-        tape.release(cast)
-        return adapted
+        tape = self.tape
+        adapter = Sym(max(factors_numel, 1), self.kernels.adapter_dtype, True, "parameter")  # lora_A and lora_B
+        autocast, tape.autocast = tape.autocast, None
+        try:
+            if module == self.names.router:
+                delta = tape.new(numel, self.kernels.adapter_dtype, True)
+                tape.record("mm", [], [adapter], [delta])
+                delta_cast = tape.to(delta, weight.dtype)
+                merged = tape.add(weight, delta_cast)
+                tape.release(delta, delta_cast)
+            else:
+                factors = adapter  # lhs, rhs: views of lora_B, lora_A, or their .to(param.dtype) copies
+                if adapter.dtype != weight.dtype:
+                    factors = tape.new(adapter.numel, weight.dtype, True)  # not autocast's: an activation
+                    tape.record("to_copy", [], [adapter], [factors])
+                merged = tape.new(numel, weight.dtype, True)
+                tape.record("baddbmm", [factors], [weight, factors], [merged])  # each factor's grad needs the other
+                tape.release(factors)
+        finally:
+            tape.autocast = autocast
+        return merged
+
+    def _route(self, x: Sym) -> Sym:
+        """The router: fp32 softmax over the experts, top-k, renormalised; returns the routing weights
+        (one per token and chosen expert). A hook for families whose router differs."""
+        arch, shape, tape = self.arch, self.shape, self.tape
+        routed_rows = shape.stream_tokens * shape.experts_per_token
+        router = self.expert_parameter(self.names.router, arch.num_experts * shape.hidden, self.trainability.trains(self.names.router))
+        logits = tape.linear(x, router, arch.num_experts)
+        logits32 = tape.to(logits, "fp32")
+        probs = tape.unary_saving_result("softmax", logits32)
+        tape.release(logits, logits32)
+        top = tape.gather(probs, routed_rows, routed_rows)  # topk values (backward keeps the indices)
+        tape.release(probs)
+        normalized = tape.mul(top, Sym(shape.stream_tokens, "fp32", True))  # top /= top.sum(-1, keepdim=True)
+        tape.release(top)
+        return normalized
 
     # ------------------------------------------------------------------ sequence parallelism
     def _gather_sequence(self, x: Sym) -> Sym:

@@ -387,6 +387,25 @@ class Tape:
         self._release_casts((q_in, q), (k_in, k), (v_in, v))
         return out
 
+    def fused_attention_value_dim(
+        self, q: Sym, k: Sym, v: Sym, out_numel: int, lse_numel: int, dropout: bool
+    ) -> Sym:
+        """Fused SDPA whose values have their own head width (multi-head latent attention): the output
+        has ``out_numel`` elements (v's head width); saves what :meth:`fused_attention` saves."""
+        q_in, k_in, v_in = (self.autocast_input("sdpa", t) for t in (q, k, v))
+        out = self.new(out_numel, q_in.dtype, True)
+        lse = Sym(lse_numel, "fp32", False)
+        self.record("sdpa_fused", [q_in, k_in, v_in, out, lse], [q_in, k_in, v_in], [out])
+        self._release_casts((q_in, q), (k_in, k), (v_in, v))
+        return out
+
+    def expand(self, x: Sym, out_numel: int) -> Sym:
+        """``x.expand(...)``: a view with more elements and no new memory; backward sums the gradient
+        of the expanded shape back into one of x's."""
+        out = x.view(out_numel)
+        self.record("expand", [], [x], [out])
+        return out
+
     def cross_entropy(self, logits: Sym, rows: int) -> Sym:
         """``F.cross_entropy`` = log_softmax (saves its result) + nll_loss (saves the int64 targets)."""
         log_probs = self.unary_saving_result("log_softmax", logits)

@@ -19,12 +19,14 @@ from typing import Any, Mapping
 
 from ..architecture import Architecture
 from ..errors import FieldError
+from .deepseek import DeepseekV2, DeepseekV3
 from .family import DecoderFamily
 from .fields import ConfigFields, describe
 from .gemma import Gemma2, Gemma3Text
 from .gpt2 import GPT2
 from .gpt_neox import GPTNeoX
 from .granite import Granite
+from .gpt_oss import GptOss
 from .llama import Llama
 from .llama4 import Llama4Text
 from .mistral import Mistral, Mixtral
@@ -51,10 +53,20 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Granite,
     Llama4Text,
     GPTNeoX,
+    DeepseekV2,
+    DeepseekV3,
+    GptOss,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
 """Supported ``model_type`` values and their family."""
+
+MODEL_TYPE_ALIASES: dict[str, str] = {
+    "kimi_k2": "deepseek_v3",
+}
+"""``model_type`` values of remote-code configs that a transformers class reads as another family:
+Kimi-K2's config has DeepSeek-V3's fields and architecture (transformers' ``Kimi_K25Config`` rewrites a
+``kimi_k2`` text config to ``deepseek_v3``)."""
 
 MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
     "gemma3": "gemma3_text",
@@ -93,7 +105,7 @@ _CUSTOM = _Custom()
 
 
 def supported_model_types() -> list[str]:
-    return sorted(FAMILIES)
+    return sorted({*FAMILIES, *MODEL_TYPE_ALIASES})
 
 
 def family_for(arch: Architecture) -> DecoderFamily:
@@ -113,6 +125,9 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
     model_type = config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise fields.fail("model_type", f"expected a string, got {describe(model_type)}")
+    if model_type in MODEL_TYPE_ALIASES:
+        family = FAMILIES[MODEL_TYPE_ALIASES[model_type]]
+        return _read(family, ConfigFields({**config, "model_type": family.model_type}, prefix), ())
     if model_type in FAMILIES:
         return _read(FAMILIES[model_type], fields, ())
     if model_type in TEXT_MODEL_ALIASES:
