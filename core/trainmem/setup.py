@@ -466,6 +466,11 @@ class Setup(FrozenModel):
                         f"finetuning.frozen {name!r} goes past the model's {architecture.num_hidden_layers} layers",
                     )
             self._check_lora_targets(architecture)
+            from .models import family_for
+
+            problem = family_for(architecture).unsupported_attention(self.attention, self.runtime.device)
+            if problem:
+                raise FieldError("attention", problem)
         elif self.finetuning.method != "full" or self.finetuning.frozen:
             raise FieldError(
                 "finetuning",
