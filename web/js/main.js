@@ -1,7 +1,8 @@
 // The calculator page: the form, the results, sharing. Pyodide starts loading at once in a
 // Web Worker; until it is ready the build-time result of the default setup is on screen.
 
-import { drawCapacity, drawTimeline, followColorScheme } from "./charts.js";
+import { drawCapacity, drawCategoryPairs, drawTimeline, drawTimelineOverlay, followColorScheme } from "./charts.js";
+import { compareReports, renderComparison } from "./compare.js";
 import { engine } from "./boot.js";
 import { SetupForm, invalidJsonErrors } from "./form.js";
 import { renderReport, summarize } from "./results.js";
@@ -29,11 +30,29 @@ let suggestions = []; // the suggestions on screen (the last report computed wit
 let engineReady = false;
 const SUGGESTIONS_DELAY_MS = 150; // ask for suggestions once the reader pauses
 let setup = setupFromHash() || pageDefault;
+let shownSetup = null; // the minimal setup `report` was computed for
+// Compare mode: the pinned setup A ({setup: minimal, report | null until computed}), or null.
+let pinned = pinnedFromHash();
+
+function fullSetup(partial) {
+  return applyCouplings(overlay(data.core_defaults, partial, schema), flatten(partial, schema).map(([path]) => path));
+}
 
 function setupFromHash() {
   const { setup: partial } = decodeHash(location.hash);
-  if (!partial) return null;
-  return applyCouplings(overlay(data.core_defaults, partial, schema), flatten(partial, schema).map(([path]) => path));
+  return partial ? fullSetup(partial) : null;
+}
+
+/** A pinned setup travels in the address as `_a=<A's own hash, encoded>`. */
+function pinnedFromHash() {
+  const { extra } = decodeHash(location.hash);
+  if (!extra.a) return null;
+  const { setup: partial } = decodeHash(extra.a);
+  return partial ? { setup: minimal(fullSetup(partial)), report: null } : null;
+}
+
+function pageHash(small) {
+  return encodeHash(small, schema, pinned ? { a: encodeHash(pinned.setup, schema) } : {});
 }
 
 function minimal(full) {
@@ -42,11 +61,13 @@ function minimal(full) {
 
 // ---------------------------------------------------------------------------- results
 
-function showReport(next, { suggestionsPending = false } = {}) {
+function showReport(next, { suggestionsPending = false, computedFor = minimal(setup) } = {}) {
   report = next;
+  shownSetup = computedFor;
   if (!suggestionsPending) suggestions = next.suggestions;
   form.lastReport = next;
   renderReport(resultsNode, next, { catalogs: data.catalogs, suggestionsPending });
+  showComparison();
   drawCharts();
   setStale(null);
 }
@@ -55,7 +76,78 @@ function drawCharts() {
   if (!report) return;
   drawCapacity(resultsNode.querySelector('canvas[data-chart="capacity"]'), summarize(report));
   drawTimeline(resultsNode.querySelector('canvas[data-chart="timeline"]'), report);
+  if (pinned?.report && !compareNode.hidden) {
+    drawCategoryPairs(compareNode.querySelector('canvas[data-chart="compare-categories"]'), pinned.report, report);
+    drawTimelineOverlay(compareNode.querySelector('canvas[data-chart="compare-timeline"]'), pinned.report, report);
+  }
 }
+
+// ---------------------------------------------------------------------------- compare mode
+
+const compareNode = document.getElementById("compare");
+const pinButton = document.getElementById("compare-pin");
+const unpinButton = document.getElementById("compare-unpin");
+
+/** Render A against B when both reports are known (B: the report on screen). */
+function showComparison() {
+  pinButton.textContent = pinned ? "Pin this setup as A instead" : "Pin as A to compare";
+  unpinButton.hidden = !pinned;
+  compareNode.hidden = !pinned;
+  if (!pinned) return;
+  if (!pinned.report || !report) {
+    compareNode.replaceChildren(Object.assign(document.createElement("p"), { className: "muted", textContent: "Computing the pinned setup A…" }));
+    return;
+  }
+  const cmp = compareReports(pinned.report, report);
+  renderComparison(compareNode, cmp, {
+    aTitle: describeSetup(overlay(data.core_defaults, pinned.setup, schema), data.catalogs),
+    bTitle: describeSetup(overlay(data.core_defaults, shownSetup, schema), data.catalogs),
+  });
+  // Which two setups are compared on screen (tests wait on it).
+  document.documentElement.dataset.comparedSetups = JSON.stringify([pinned.setup, shownSetup]);
+}
+
+/** The pinned setup's report: the build-time one, the one on screen, or computed by the engine. */
+async function resolvePinned() {
+  if (!pinned || pinned.report) return;
+  const wanted = pinned;
+  if (deepEqual(wanted.setup, minimal(pageDefault))) wanted.report = data.default_report;
+  else if (report && deepEqual(wanted.setup, shownSetup)) wanted.report = report;
+  else if (engineReady) {
+    const answer = await engine.computeOnce(wanted.setup);
+    if (answer.ok) wanted.report = answer.report;
+    else {
+      if (pinned === wanted) pinned = null;
+      notice.hidden = false;
+      notice.textContent = `The pinned setup A has an error (${answer.errors[0]?.message}): not comparing.`;
+      writeHash();
+    }
+  }
+  if (pinned === wanted) {
+    showComparison();
+    drawCharts();
+  }
+}
+
+function writeHash() {
+  const hash = pageHash(minimal(setup));
+  if (location.hash.slice(1) !== hash) history.replaceState(null, "", `#${hash}`);
+}
+
+pinButton.addEventListener("click", () => {
+  if (!report) return;
+  pinned = { setup: shownSetup, report };
+  writeHash();
+  showComparison();
+  drawCharts();
+});
+
+unpinButton.addEventListener("click", () => {
+  pinned = null;
+  delete document.documentElement.dataset.comparedSetups;
+  writeHash();
+  showComparison();
+});
 
 /** Mark the results as not (yet) those of the form's setup, with a reason; null clears. */
 function setStale(reason) {
@@ -78,7 +170,7 @@ async function addSuggestions(asked) {
   if (!engine.idle || !current()) return; // a newer change is being computed
   const answer = await engine.compute(asked);
   if (answer.superseded || !answer.ok || !current()) return;
-  showReport(answer.report);
+  showReport(answer.report, { computedFor: asked });
   document.documentElement.dataset.suggestedSetup = JSON.stringify(asked);
 }
 
@@ -101,7 +193,7 @@ async function recompute(asked = minimal(setup)) {
   const answered = performance.now();
   if (answer.ok) {
     form.clearErrors();
-    showReport(answer.report, { suggestionsPending: true });
+    showReport(answer.report, { suggestionsPending: true, computedFor: asked });
     suggestionsTimer = setTimeout(() => addSuggestions(asked), SUGGESTIONS_DELAY_MS);
     // Where a recompute's time goes (read by benchmarks/bench_site.py).
     const rendered = performance.now();
@@ -121,7 +213,7 @@ function setupChanged(next) {
   setup = next;
   const small = minimal(setup);
   setupJsonNode.textContent = JSON.stringify(small, null, 2);
-  const hash = encodeHash(small, schema);
+  const hash = pageHash(small);
   if (location.hash.slice(1) !== hash) history.replaceState(null, "", `#${hash}`);
   document.title = `${describeSetup(setup, data.catalogs)} — trainmem`;
   recompute(small);
@@ -141,11 +233,19 @@ setupJsonNode.textContent = JSON.stringify(minimal(setup), null, 2);
 if (deepEqual(minimal(setup), minimal(pageDefault))) {
   showReport(data.default_report); // the build-time result: same numbers, now with charts
 } else {
+  showComparison();
   setStale("computing");
 }
+resolvePinned();
 
 window.addEventListener("hashchange", () => {
   const next = setupFromHash();
+  const nextPinned = pinnedFromHash();
+  if (!deepEqual(nextPinned?.setup, pinned?.setup)) {
+    pinned = nextPinned;
+    showComparison();
+    resolvePinned();
+  }
   if (!next || deepEqual(minimal(next), minimal(setup))) return;
   form.setSetup(next);
   setupChanged(form.getSetup());
@@ -184,7 +284,7 @@ function shareText(kind) {
   const hash = encodeHash(small, schema);
   switch (kind) {
     case "link":
-      return new URL(`#${hash}`, location.href).href;
+      return new URL(`#${pageHash(small)}`, location.href).href;
     case "command":
       return cliCommand(small, setup, schema);
     case "python":
@@ -220,7 +320,7 @@ engine
   .start()
   .then(() => {
     engineReady = true;
-    return recompute();
+    return resolvePinned().then(() => recompute());
   })
   .then(() => {
     document.documentElement.dataset.engine = "ready";

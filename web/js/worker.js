@@ -44,6 +44,7 @@ const handlers = {
   boot,
   compute: ({ setupJson, suggestions }) => bridge.compute(setupJson, suggestions),
   architecture: ({ modelJson }) => bridge.architecture(modelJson),
+  markdown: ({ reportJson, title }) => bridge.markdown(reportJson, title),
 };
 
 self.addEventListener("message", async (event) => {

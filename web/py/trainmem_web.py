@@ -61,6 +61,13 @@ def architecture(model_json: str) -> str:
     return json.dumps({"ok": True, "architecture": found.model_dump(mode="json") if found else None})
 
 
+def markdown(report_json: str, title: str = "") -> str:
+    """A report (JSON text, as compute() answered it) as the core's Markdown tables."""
+    from trainmem.render_markdown import render_report_markdown
+
+    return render_report_markdown(trainmem.Report.model_validate_json(report_json), title)
+
+
 def catalogs() -> dict[str, Any]:
     """The catalogs the form offers, straight from the core's data files."""
     return {
