@@ -341,10 +341,14 @@ export function drawTimelineOverlay(canvas, a, b) {
   upsert(canvas, build, fill);
 }
 
-/** A chart's picture as a PNG data URL, on an opaque background (a transparent PNG pastes badly). */
+/** The colours the charts use now (the stylesheet's, for the current light or dark scheme). */
+export function chartColors() {
+  return palette();
+}
+
+/** A chart's picture as a PNG Blob on an opaque background (a transparent PNG pastes badly); null before it is drawn. */
 export function chartPng(canvas) {
-  const chart = charts.get(canvas);
-  if (!chart) return null;
+  if (!charts.get(canvas)) return Promise.resolve(null);
   const out = document.createElement("canvas");
   out.width = canvas.width;
   out.height = canvas.height;
@@ -352,7 +356,7 @@ export function chartPng(canvas) {
   context.fillStyle = palette().surface || "#ffffff";
   context.fillRect(0, 0, out.width, out.height);
   context.drawImage(canvas, 0, 0);
-  return out.toDataURL("image/png");
+  return new Promise((resolve) => out.toBlob(resolve, "image/png"));
 }
 
 /** Redraw every chart when the system switches between light and dark. */

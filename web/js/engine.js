@@ -92,6 +92,12 @@ export class Engine {
     return this.call("markdown", { reportJson: JSON.stringify(report), title });
   }
 
+  /** Report B against report A (objects) as the core's Markdown comparison (trainmem.compare). */
+  async compareMarkdown(a, b, aLabel, bLabel) {
+    await this.start();
+    return this.call("compareMarkdown", { aJson: JSON.stringify(a), bJson: JSON.stringify(b), aLabel, bLabel });
+  }
+
   /** True while nothing is computing or waiting (the page asks for suggestions only then). */
   get idle() {
     return !this.running && !this.queued;

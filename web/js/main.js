@@ -1,7 +1,8 @@
 // The calculator page: the form, the results, sharing. Pyodide starts loading at once in a
 // Web Worker; until it is ready the build-time result of the default setup is on screen.
 
-import { drawCapacity, drawCategoryPairs, drawTimeline, drawTimelineOverlay, followColorScheme } from "./charts.js";
+import { chartColors, chartPng, drawCapacity, drawCategoryPairs, drawTimeline, drawTimelineOverlay, followColorScheme } from "./charts.js";
+import { capacitySvg, timelineSvg } from "./svg.js";
 import { compareReports, renderComparison } from "./compare.js";
 import { engine } from "./boot.js";
 import { SetupForm, invalidJsonErrors } from "./form.js";
@@ -87,11 +88,13 @@ function drawCharts() {
 const compareNode = document.getElementById("compare");
 const pinButton = document.getElementById("compare-pin");
 const unpinButton = document.getElementById("compare-unpin");
+const compareMarkdownButton = document.querySelector('[data-testid="download-compare-markdown"]');
 
 /** Render A against B when both reports are known (B: the report on screen). */
 function showComparison() {
   pinButton.textContent = pinned ? "Pin this setup as A instead" : "Pin as A to compare";
   unpinButton.hidden = !pinned;
+  compareMarkdownButton.hidden = !pinned;
   compareNode.hidden = !pinned;
   if (!pinned) return;
   if (!pinned.report || !report) {
@@ -312,6 +315,85 @@ document.querySelector(".share-buttons").addEventListener("click", async (event)
   shareOutput.hidden = false;
   const copied = await copyText(text, shareOutput);
   shareStatus.textContent = copied ? `${SHARE_LABELS[kind]} copied to the clipboard.` : `Press Ctrl+C to copy the ${SHARE_LABELS[kind].toLowerCase()}.`;
+});
+
+// ---------------------------------------------------------------------------- phone drawer
+// Below 880 px the results come first and the form is a bottom drawer: the verdict and the
+// headline numbers stay in view above it while a value changes.
+
+const layout = document.querySelector(".layout");
+const drawerToggle = document.getElementById("drawer-toggle");
+const drawerClose = document.getElementById("drawer-close");
+
+function setDrawer(open) {
+  layout.classList.toggle("drawer-open", open);
+  drawerToggle.setAttribute("aria-expanded", String(open));
+  if (open) document.getElementById("setup-form").querySelector("select, input, textarea, button")?.focus();
+  else drawerToggle.focus();
+}
+
+drawerToggle.addEventListener("click", () => setDrawer(true));
+drawerClose.addEventListener("click", () => setDrawer(false));
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && layout.classList.contains("drawer-open")) setDrawer(false);
+});
+
+// ---------------------------------------------------------------------------- downloads
+
+/** Save a Blob as a file (an <a download> of an object URL: nothing leaves the page). */
+function saveFile(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const link = Object.assign(document.createElement("a"), { href: url, download: name });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+function fileStem() {
+  const small = minimal(setup);
+  const words = [small.model.preset || "custom-model", `mbs${setup.micro_batch_size}`, `seq${setup.sequence_length}`];
+  return `trainmem-${words.join("-")}`.replace(/[^A-Za-z0-9._-]+/g, "-");
+}
+
+async function downloadFile(kind) {
+  if (!report) return null;
+  const title = describeSetup(overlay(data.core_defaults, shownSetup, schema), data.catalogs);
+  switch (kind) {
+    case "capacity.png":
+      return chartPng(resultsNode.querySelector('canvas[data-chart="capacity"]'));
+    case "timeline.png":
+      return chartPng(resultsNode.querySelector('canvas[data-chart="timeline"]'));
+    case "capacity.svg":
+      return new Blob([capacitySvg(summarize(report), chartColors())], { type: "image/svg+xml" });
+    case "timeline.svg":
+      return new Blob([timelineSvg(report, chartColors())], { type: "image/svg+xml" });
+    case "report.md":
+      return new Blob([await engine.markdown(report, `trainmem: ${title}`)], { type: "text/markdown" });
+    case "compare.md": {
+      if (!pinned?.report) return null;
+      const aTitle = describeSetup(overlay(data.core_defaults, pinned.setup, schema), data.catalogs);
+      return new Blob([await engine.compareMarkdown(pinned.report, report, aTitle, title)], { type: "text/markdown" });
+    }
+    default:
+      return null;
+  }
+}
+
+document.querySelector(".download-buttons").addEventListener("click", async (event) => {
+  const button = event.target.closest("button[data-download]");
+  if (!button) return;
+  const kind = button.dataset.download;
+  const needsEngine = kind.endsWith(".md") && !engineReady;
+  if (needsEngine) shareStatus.textContent = "Waiting for the Python engine to write the Markdown…";
+  const blob = await downloadFile(kind);
+  if (!blob) {
+    shareStatus.textContent = "Nothing to download yet: the charts are still loading.";
+    return;
+  }
+  const name = `${fileStem()}-${kind.replace("capacity", "breakdown")}`;
+  saveFile(blob, name);
+  shareStatus.textContent = `Saved ${name}.`;
 });
 
 // ---------------------------------------------------------------------------- start
