@@ -18,7 +18,8 @@ From a clean checkout, touching the network only through the package registries:
   6. computes the default setup's report with CPython (the same web/py/trainmem_web.py the
      browser runs) and renders it into the HTML (web/tools/prerender.mjs), so the first paint
      shows a real result before Pyodide has loaded;
-  7. writes manifest.json: the sha256 and size of every file of the site.
+  7. writes the build's version into the service worker (sw.js: the site works offline after the
+     first visit, one cache per build) and manifest.json: the sha256 and size of every file.
 Nothing on the page is loaded from a CDN: everything it fetches is a file of _site/.
 """
 
@@ -58,7 +59,8 @@ VENDOR_FILES = {
     "chart.umd.min.js": "chart.js/dist/chart.umd.min.js",
     "chartjs-plugin-annotation.min.js": "chartjs-plugin-annotation/dist/chartjs-plugin-annotation.min.js",
 }
-STATIC = ("index.html", "embed.html", "favicon.svg", "css", "js", "py")
+STATIC = ("index.html", "embed.html", "favicon.svg", "sw.js", "css", "js", "py")
+SERVICE_WORKER = "sw.js"  # its @SITE_VERSION@ becomes the build's version (see stamp_service_worker)
 
 # Only this site's own origin; Pyodide's WebAssembly needs 'wasm-unsafe-eval' to compile.
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -184,14 +186,30 @@ def copy_tree_files(source: Path, destination: Path) -> None:
         shutil.copy2(source, destination)
 
 
-def write_manifest(site: Path, data: dict) -> dict:
+def site_files(site: Path, leave_out: tuple[str, ...] = ("manifest.json",)) -> dict[str, dict]:
     files = {}
     for path in sorted(p for p in site.rglob("*") if p.is_file()):
         relative = path.relative_to(site).as_posix()
-        if relative == "manifest.json":
-            continue
-        files[relative] = {"sha256": sha256(path), "bytes": path.stat().st_size}
+        if relative not in leave_out:
+            files[relative] = {"sha256": sha256(path), "bytes": path.stat().st_size}
+    return files
+
+
+def stamp_service_worker(site: Path) -> str:
+    """Write the build's version into sw.js: a hash of every other file, so any change is a new cache."""
+    listing = json.dumps(site_files(site, ("manifest.json", SERVICE_WORKER)), sort_keys=True)
+    version = hashlib.sha256(listing.encode()).hexdigest()[:16]
+    template = (WEB / SERVICE_WORKER).read_text(encoding="utf-8")
+    (site / SERVICE_WORKER).write_text(template.replace("@SITE_VERSION@", version), encoding="utf-8")
+    return version
+
+
+def write_manifest(site: Path, data: dict) -> dict:
+    """manifest.json: the version of this build (the service worker's cache) and every file's sha256 and size."""
+    version = stamp_service_worker(site)
+    files = site_files(site)
     manifest = {
+        "site_version": version,
         "trainmem_version": data["trainmem_version"],
         "pyodide": json.loads((NODE_MODULES / "pyodide" / "package.json").read_text())["version"],
         "total_bytes": sum(entry["bytes"] for entry in files.values()),
@@ -273,6 +291,7 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         ".svg": "image/svg+xml",
         ".whl": "application/zip",
         ".zip": "application/zip",
+        ".md": "text/markdown",
     }
 
     def end_headers(self) -> None:

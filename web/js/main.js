@@ -396,6 +396,20 @@ document.querySelector(".download-buttons").addEventListener("click", async (eve
   shareStatus.textContent = `Saved ${name}.`;
 });
 
+// ---------------------------------------------------------------------------- offline
+
+/**
+ * sw.js caches this build's files, so the next visit works without a network. Registered once
+ * the engine is ready: its download (the same files, revalidated) never competes with the first load.
+ */
+function registerServiceWorker() {
+  if (!("serviceWorker" in navigator) || location.protocol === "file:") return;
+  navigator.serviceWorker.register("sw.js").then(
+    () => navigator.serviceWorker.ready.then(() => { document.documentElement.dataset.offline = "ready"; }),
+    () => { document.documentElement.dataset.offline = "unavailable"; },
+  );
+}
+
 // ---------------------------------------------------------------------------- start
 
 engine
@@ -408,6 +422,7 @@ engine
     document.documentElement.dataset.engine = "ready";
     performance.mark("trainmem:interactive");
     setProgress(1, "Python engine ready: every change recomputes in your browser.");
+    registerServiceWorker();
   })
   .catch((error) => {
     document.documentElement.dataset.engine = "failed";
