@@ -52,6 +52,22 @@ DEFAULT_SETUP = {
     "gpu": "h100-sxm-80gb",
 }
 
+# Setups the import measurement runs through the page's bridge (measure_imports.mjs): every
+# kind of model input, fine-tuning method, strategy and optimizer family, and invalid ones.
+IMPORT_CASES = [
+    DEFAULT_SETUP,
+    {"model": {"preset": "mixtral-8x7b"}, "finetuning": {"method": "qlora"}, "optimizer": {"name": "paged-adamw-8bit"},
+     "parallelism": {"num_gpus": 8, "strategy": "fsdp"}, "gpu": {"memory_gib": 48}},
+    {"model": {"preset": "gpt2"}, "finetuning": {"method": "lora", "lora": {"target_modules": "all-linear"}},
+     "optimizer": {"name": "adafactor"}, "precision": "fp32", "attention": "eager", "gradient_accumulation_steps": 4},
+    {"model": {"hf_config": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+                             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}},
+     "parallelism": {"num_gpus": 8, "tensor_parallel_size": 2, "pipeline_parallel_size": 2, "sequence_parallel": True}},
+    {"model": {"num_parameters": 1_000_000_000}, "optimizer": {"name": "lion"}},
+    {"model": {"preset": "no-such-model"}, "micro_batch_size": 0},
+    {"model": {"preset": "llama-3-8b"}, "parallelism": {"num_gpus": 3, "tensor_parallel_size": 2}},
+]
+
 # Pyodide's core: the files loadPyodide() fetches (no packages from its CDN index are used).
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 PYODIDE_PLATFORM = ("--platform", "pyemscripten_2026_0_wasm32", "--python-version", "3.14", "--implementation", "cp", "--abi", "cp314")
@@ -240,8 +256,13 @@ def build(site: Path) -> dict:
     wheels = [build_trainmem_wheel(wheels_dir).name]
     for wheel in pyodide_wheels():
         wheels.append(Path(shutil.copy2(wheel, wheels_dir / wheel.name)).name)
-    log("compiling the standard library and the wheels to Python 3.14 bytecode (Pyodide under Node)")
-    run(["node", str(WEB / "tools" / "precompile.mjs"), str(staging)])
+    with tempfile.TemporaryDirectory() as scratch:
+        cases, keep = Path(scratch) / "cases.json", Path(scratch) / "keep.json"
+        cases.write_text(json.dumps(IMPORT_CASES))
+        log("measuring which standard-library modules the page imports (Pyodide under Node)")
+        run(["node", str(WEB / "tools" / "measure_imports.mjs"), str(staging), str(cases), str(keep)])
+        log("compiling the standard library and the wheels to Python 3.14 bytecode (Pyodide under Node)")
+        run(["node", str(WEB / "tools" / "precompile.mjs"), str(staging), str(keep)])
     python_modules = sorted(f"py/{p.name}" for p in (staging / "py").glob("*.py"))
 
     log("computing the default setup with CPython")
