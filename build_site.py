@@ -10,7 +10,8 @@ From a clean checkout, touching the network only through the package registries:
      when web/node_modules is missing or older than web/package-lock.json;
   2. builds the trainmem wheel from this checkout;
   3. downloads the wheels Pyodide loads, pinned with hashes in web/pyodide-requirements.txt,
-     with pip (cached in .cache/pyodide-wheels/);
+     with pip (cached in .cache/pyodide-wheels/), and builds a py3-none-any wheel of each
+     pure-Python package pinned as an sdist in web/pyodide-sdists.txt (PyYAML);
   4. copies Pyodide's core files and the charting library out of web/node_modules;
   5. compiles Pyodide's standard library and those wheels to Python 3.14 bytecode with
      Pyodide's own interpreter under Node (web/tools/precompile.mjs), so that the browser does
@@ -168,6 +169,83 @@ def pyodide_wheels() -> list[Path]:
     return sorted(cached[digest] for digest in wanted)
 
 
+SDIST_PINS = WEB / "pyodide-sdists.txt"
+# The pure-Python package inside each pinned sdist: (distribution name, folder in the sdist, import name).
+SDIST_PACKAGES = {"pyyaml": ("PyYAML", "lib/yaml", "yaml")}
+EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def pinned_sdists() -> list[tuple[str, str, str]]:
+    """(name, version, sha256) of each sdist pin."""
+    pins = []
+    for line in SDIST_PINS.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            requirement, *options = line.split()
+            name, version = requirement.split("==")
+            digest = next(o.split(":", 1)[1] for o in options if o.startswith("--hash=sha256:"))
+            pins.append((name.lower(), version, digest))
+    return pins
+
+
+def _record_hash(data: bytes) -> str:
+    import base64
+
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def wheel_from_sdist(sdist: Path, name: str, version: str, destination: Path) -> Path:
+    """A py3-none-any wheel of the pure-Python package of an sdist (its license included), byte-for-byte reproducible."""
+    import tarfile
+    import zipfile
+
+    distribution, folder, package = SDIST_PACKAGES[name]
+    files: dict[str, bytes] = {}
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/", 1)
+            inside = parts[1] if len(parts) > 1 else ""
+            if member.isfile() and inside.startswith(folder + "/") and inside.endswith(".py"):
+                files[f"{package}/{inside[len(folder) + 1:]}"] = tar.extractfile(member).read()
+            elif member.isfile() and inside == "LICENSE":
+                files[f"{distribution}-{version}.dist-info/LICENSE"] = tar.extractfile(member).read()
+    if f"{package}/__init__.py" not in files:
+        raise SystemExit(f"build_site: {sdist.name} has no {folder}/__init__.py")
+    info = f"{distribution}-{version}.dist-info"
+    files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"
+                                 f"Summary: {distribution}'s pure-Python package, built from its sdist by trainmem's build_site.py\n"
+                                 "License: MIT\n").encode()
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: trainmem build_site.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in sorted(files.items()))
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    wheel = destination / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, data in sorted(files.items()):
+            entry = zipfile.ZipInfo(path, date_time=EPOCH)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, data)
+    return wheel
+
+
+def pure_python_wheels(destination: Path) -> list[Path]:
+    """Build the wheels of the pinned sdists (downloaded with pip, hash-checked, cached)."""
+    folder = CACHE / "sdists"
+    pins = pinned_sdists()
+    cached = {sha256(path): path for path in folder.glob("*.tar.gz")} if folder.exists() else {}
+    if not {digest for *_, digest in pins} <= cached.keys():
+        log("pip download (pinned sdists of pure-Python packages)")
+        folder.mkdir(parents=True, exist_ok=True)
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+             "--no-binary=:all:", "--no-build-isolation", "--require-hashes", "-r", str(SDIST_PINS), "-d", str(folder)])
+        cached = {sha256(path): path for path in folder.glob("*.tar.gz")}
+    wheels = []
+    for name, version, digest in pins:
+        if digest not in cached:
+            raise SystemExit(f"build_site: the sdist of {name}=={version} with sha256 {digest} is missing after download")
+        wheels.append(wheel_from_sdist(cached[digest], name, version, destination))
+    return wheels
+
+
 # --------------------------------------------------------------------------- page data
 
 
@@ -256,6 +334,7 @@ def build(site: Path) -> dict:
     wheels = [build_trainmem_wheel(wheels_dir).name]
     for wheel in pyodide_wheels():
         wheels.append(Path(shutil.copy2(wheel, wheels_dir / wheel.name)).name)
+    wheels += [wheel.name for wheel in pure_python_wheels(wheels_dir)]
     with tempfile.TemporaryDirectory() as scratch:
         cases, keep = Path(scratch) / "cases.json", Path(scratch) / "keep.json"
         cases.write_text(json.dumps(IMPORT_CASES))
@@ -292,7 +371,7 @@ def is_stale(site: Path) -> bool:
     if not manifest.exists():
         return True
     built = manifest.stat().st_mtime
-    sources = [ROOT / "pyproject.toml", *(ROOT / "core" / "trainmem").rglob("*"), *(
+    sources = [ROOT / "pyproject.toml", ROOT / "build_site.py", *(ROOT / "core" / "trainmem").rglob("*"), *(
         path for path in WEB.rglob("*") if "node_modules" not in path.parts)]
     return any(path.is_file() and path.stat().st_mtime > built for path in sources)
 
@@ -300,8 +379,16 @@ def is_stale(site: Path) -> bool:
 # --------------------------------------------------------------------------- serve
 
 
+# Types a static host such as GitHub Pages sends gzip-compressed (assumed, wasm included: the
+# figures of benchmarks/bench_site.py count these bytes); wheels and zips are compressed already.
+COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "application/wasm", "image/svg+xml")
+
+
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files with the types Pyodide needs (.mjs as JavaScript, .wasm streaming-compiled)."""
+    """Static files with the types Pyodide needs (.mjs as JavaScript, .wasm streaming-compiled),
+    gzip-compressed for a client that accepts it, as a static host compresses them."""
+
+    _gzip_cache: dict[tuple[str, float], bytes] = {}
 
     extensions_map = {
         **http.server.SimpleHTTPRequestHandler.extensions_map,
@@ -314,6 +401,30 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         ".zip": "application/zip",
         ".md": "text/markdown",
     }
+
+    def send_head(self):  # type: ignore[override]  (http.server's own name)
+        path = self.translate_path(self.path)
+        accepts = "gzip" in self.headers.get("Accept-Encoding", "")
+        content_type = self.guess_type(path)
+        if not (accepts and os.path.isfile(path) and content_type.startswith(COMPRESSED_TYPES) and "Range" not in self.headers):
+            return super().send_head()
+        key = (path, os.stat(path).st_mtime)
+        body = self._gzip_cache.get(key)
+        if body is None:
+            import gzip
+
+            with open(path, "rb") as file:
+                body = gzip.compress(file.read(), compresslevel=6, mtime=0)
+            self._gzip_cache[key] = body
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Vary", "Accept-Encoding")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        import io
+
+        return io.BytesIO(body)
 
     def end_headers(self) -> None:
         # Revalidate every time (cheap 304s), so a rebuilt site is never stale in a browser.

@@ -59,7 +59,12 @@ if (mode === "estimate") {
     return answer;
   });
   const stdlib = pyodide.runPython("import sys; [p for p in sys.path if p.endswith('.zip')][0]");
-  answers.push({ stdlib_zip: stdlib });
+  const yaml = pyodide.runPython(`
+import json, yaml
+from trainmem.files import parse_yaml_text
+json.dumps({"with_libyaml": yaml.__with_libyaml__, "version": yaml.__version__,
+            "parsed": parse_yaml_text("trainer:\\n  lr: 2.0e-5\\n  layers: [1, 2]\\n", "config.yaml")})`);
+  answers.push({ stdlib_zip: stdlib, yaml: JSON.parse(yaml) });
   writeFileSync(outPath, JSON.stringify(answers));
 } else if (mode === "pytest") {
   const [testWheelsDir, repoDir, ...pytestArgs] = rest;

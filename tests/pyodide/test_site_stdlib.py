@@ -1,5 +1,6 @@
 """The built site's own Python: Pyodide with the pruned standard library (build_site.py keeps only
-the top-level modules the page was measured to import), the site's wheels and py/ modules.
+the top-level modules the page was measured to import), the site's wheels (PyYAML's built from its
+sdist among them) and py/ modules.
 
 Every setup of the core-in-Pyodide matrix, and of the build's import measurement, gives the
 report CPython gives, and its Markdown: a module left out of python_stdlib.zip that the page
@@ -51,6 +52,9 @@ def test_the_site_computes_like_cpython(site, tmp_path):
                     str(tmp_path / "answers.json")], check=True, timeout=600)
     *answers, info = json.loads((tmp_path / "answers.json").read_text())
     assert info["stdlib_zip"].endswith(".zip")
+    # PyYAML, from the wheel build_site.py builds of the pinned sdist's pure-Python package.
+    assert info["yaml"] == {"with_libyaml": False, "version": "6.0.3",
+                            "parsed": {"trainer": {"lr": 2.0e-5, "layers": [1, 2]}}}
 
     sys.path[:0] = [str(ROOT / "web" / "py")]
     import trainmem_web

@@ -31,13 +31,15 @@ pyodide.FS.mkdir("/site");
 pyodide.FS.mount(pyodide.FS.filesystems.NODEFS, { root: resolve(site) }, "/site");
 pyodide.globals.set("keep_json", keepPath ? readFileSync(keepPath, "utf8") : "null");
 pyodide.runPython(`
-import compileall, importlib.util, json, os, py_compile, sys, tempfile, zipfile
+import compileall, importlib.util, json, os, py_compile, shutil, sys, tempfile, zipfile
 from importlib._bootstrap_external import _code_to_hash_pyc
 
 SITE_PACKAGES = next(p for p in sys.path if p.endswith("site-packages"))
 STDLIB_IN_BROWSER = next(p for p in sys.path if p.endswith(".zip"))  # /lib/python314.zip
 EPOCH = (1980, 1, 1, 0, 0, 0)
 KEEP = json.loads(keep_json)  # top-level modules to keep, or None for all
+# Folders of the wheels that nothing the page runs imports: pydantic's copy of its 1.x API.
+DROP = {"pydantic-": ("pydantic/v1/",)}
 
 
 def entry(name):
@@ -85,6 +87,10 @@ def precompile_wheel(path, keep_sources):
             return 0
         work = tempfile.mkdtemp()
         source.extractall(work)
+    drop = next((folders for prefix, folders in DROP.items() if os.path.basename(path).startswith(prefix)), ())
+    for folder in drop:
+        shutil.rmtree(os.path.join(work, folder), ignore_errors=True)
+    names = [n for n in names if not n.startswith(drop)] if drop else names
     compileall.compile_dir(
         work, quiet=2, stripdir=work, prependdir=SITE_PACKAGES, legacy=not keep_sources,
         invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
@@ -94,6 +100,11 @@ def precompile_wheel(path, keep_sources):
         for folder, _, files in os.walk(work) for name in files if name.endswith(".pyc")
     )
     record = next(name for name in names if name.endswith(".dist-info/RECORD"))
+    if drop:
+        with open(os.path.join(work, record), encoding="utf-8") as file:
+            lines = [line for line in file.read().splitlines() if not line.startswith(drop)]
+        with open(os.path.join(work, record), "w", encoding="utf-8") as file:
+            file.writelines(f"{line}\\n" for line in lines)
     kept = [n for n in names if n != record and not n.endswith("/")]
     if not keep_sources:  # module.pyc where module.py was, as Pyodide ships its own packages
         compiled = {name[:-1] for name in added}
