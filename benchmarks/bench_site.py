@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import threading
@@ -108,7 +109,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="page loads per measurement (default 5)")
     parser.add_argument("--recomputes", type=int, default=30, help="recomputes to time (default 30)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    parser.add_argument("--site", type=Path, default=SITE, help="the built site to measure (default: _site)")
     args = parser.parse_args()
+    global SITE
+    SITE = args.site.resolve()
     if not (SITE / "manifest.json").exists():
         raise SystemExit("build the site first: make site")
 
@@ -149,6 +153,7 @@ def main() -> None:
     results["recompute_render_ms"] = summary([render for _, _, render in recomputes])
     results["stages_cold_s"] = cold[len(cold) // 2]["stages_s"]
     results["targets"] = TARGETS
+    results["load_average_1min"] = os.getloadavg()[0]
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -170,6 +175,7 @@ def main() -> None:
         print(f"{label:<22} median {s['median'] * scale:7.3f} {unit}  (min {s['min']:.3f}, p90 {s['p90']:.3f}, "
               f"n={s['n']})" + (f"  target < {target} {unit}" if target else ""))
     print("stages of a cold load (s from navigation):", results["stages_cold_s"])
+    print(f"load average (1 min) at the end: {results['load_average_1min']:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -404,6 +404,11 @@ document.querySelector(".download-buttons").addEventListener("click", async (eve
  */
 function registerServiceWorker() {
   if (!("serviceWorker" in navigator) || location.protocol === "file:") return;
+  // A new build's worker takes over while this (older) page is open: say so, do not reload under the reader.
+  const hadController = Boolean(navigator.serviceWorker.controller);
+  navigator.serviceWorker.addEventListener("controllerchange", () => {
+    if (hadController) setProgress(1, "A new version of trainmem is ready: reload the page to use it.");
+  });
   navigator.serviceWorker.register("sw.js").then(
     () => navigator.serviceWorker.ready.then(() => { document.documentElement.dataset.offline = "ready"; }),
     () => { document.documentElement.dataset.offline = "unavailable"; },
