@@ -105,13 +105,13 @@ def summary(values: list[float]) -> dict:
 
 
 def main() -> None:
+    global SITE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="page loads per measurement (default 5)")
     parser.add_argument("--recomputes", type=int, default=30, help="recomputes to time (default 30)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     parser.add_argument("--site", type=Path, default=SITE, help="the built site to measure (default: _site)")
     args = parser.parse_args()
-    global SITE
     SITE = args.site.resolve()
     if not (SITE / "manifest.json").exists():
         raise SystemExit("build the site first: make site")
