@@ -10,7 +10,8 @@ From a clean checkout, touching the network only through the package registries:
      when web/node_modules is missing or older than web/package-lock.json;
   2. builds the trainmem wheel from this checkout;
   3. downloads the wheels Pyodide loads, pinned with hashes in web/pyodide-requirements.txt,
-     with pip (cached in .cache/pyodide-wheels/);
+     with pip (cached in .cache/pyodide-wheels/), and builds a py3-none-any wheel of each
+     pure-Python package pinned as an sdist in web/pyodide-sdists.txt (PyYAML);
   4. copies Pyodide's core files and the charting library out of web/node_modules;
   5. compiles Pyodide's standard library and those wheels to Python 3.14 bytecode with
      Pyodide's own interpreter under Node (web/tools/precompile.mjs), so that the browser does
@@ -18,7 +19,8 @@ From a clean checkout, touching the network only through the package registries:
   6. computes the default setup's report with CPython (the same web/py/trainmem_web.py the
      browser runs) and renders it into the HTML (web/tools/prerender.mjs), so the first paint
      shows a real result before Pyodide has loaded;
-  7. writes manifest.json: the sha256 and size of every file of the site.
+  7. writes the build's version into the service worker (sw.js: the site works offline after the
+     first visit, one cache per build) and manifest.json: the sha256 and size of every file.
 Nothing on the page is loaded from a CDN: everything it fetches is a file of _site/.
 """
 
@@ -51,6 +53,22 @@ DEFAULT_SETUP = {
     "gpu": "h100-sxm-80gb",
 }
 
+# Setups the import measurement runs through the page's bridge (measure_imports.mjs): every
+# kind of model input, fine-tuning method, strategy and optimizer family, and invalid ones.
+IMPORT_CASES = [
+    DEFAULT_SETUP,
+    {"model": {"preset": "mixtral-8x7b"}, "finetuning": {"method": "qlora"}, "optimizer": {"name": "paged-adamw-8bit"},
+     "parallelism": {"num_gpus": 8, "strategy": "fsdp"}, "gpu": {"memory_gib": 48}},
+    {"model": {"preset": "gpt2"}, "finetuning": {"method": "lora", "lora": {"target_modules": "all-linear"}},
+     "optimizer": {"name": "adafactor"}, "precision": "fp32", "attention": "eager", "gradient_accumulation_steps": 4},
+    {"model": {"hf_config": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+                             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}},
+     "parallelism": {"num_gpus": 8, "tensor_parallel_size": 2, "pipeline_parallel_size": 2, "sequence_parallel": True}},
+    {"model": {"num_parameters": 1_000_000_000}, "optimizer": {"name": "lion"}},
+    {"model": {"preset": "no-such-model"}, "micro_batch_size": 0},
+    {"model": {"preset": "llama-3-8b"}, "parallelism": {"num_gpus": 3, "tensor_parallel_size": 2}},
+]
+
 # Pyodide's core: the files loadPyodide() fetches (no packages from its CDN index are used).
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 PYODIDE_PLATFORM = ("--platform", "pyemscripten_2026_0_wasm32", "--python-version", "3.14", "--implementation", "cp", "--abi", "cp314")
@@ -58,7 +76,8 @@ VENDOR_FILES = {
     "chart.umd.min.js": "chart.js/dist/chart.umd.min.js",
     "chartjs-plugin-annotation.min.js": "chartjs-plugin-annotation/dist/chartjs-plugin-annotation.min.js",
 }
-STATIC = ("index.html", "embed.html", "favicon.svg", "css", "js", "py")
+STATIC = ("index.html", "embed.html", "favicon.svg", "sw.js", "css", "js", "py")
+SERVICE_WORKER = "sw.js"  # its @SITE_VERSION@ becomes the build's version (see stamp_service_worker)
 
 # Only this site's own origin; Pyodide's WebAssembly needs 'wasm-unsafe-eval' to compile.
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -150,6 +169,83 @@ def pyodide_wheels() -> list[Path]:
     return sorted(cached[digest] for digest in wanted)
 
 
+SDIST_PINS = WEB / "pyodide-sdists.txt"
+# The pure-Python package inside each pinned sdist: (distribution name, folder in the sdist, import name).
+SDIST_PACKAGES = {"pyyaml": ("PyYAML", "lib/yaml", "yaml")}
+EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def pinned_sdists() -> list[tuple[str, str, str]]:
+    """(name, version, sha256) of each sdist pin."""
+    pins = []
+    for line in SDIST_PINS.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            requirement, *options = line.split()
+            name, version = requirement.split("==")
+            digest = next(o.split(":", 1)[1] for o in options if o.startswith("--hash=sha256:"))
+            pins.append((name.lower(), version, digest))
+    return pins
+
+
+def _record_hash(data: bytes) -> str:
+    import base64
+
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def wheel_from_sdist(sdist: Path, name: str, version: str, destination: Path) -> Path:
+    """A py3-none-any wheel of the pure-Python package of an sdist (its license included), byte-for-byte reproducible."""
+    import tarfile
+    import zipfile
+
+    distribution, folder, package = SDIST_PACKAGES[name]
+    files: dict[str, bytes] = {}
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/", 1)
+            inside = parts[1] if len(parts) > 1 else ""
+            if member.isfile() and inside.startswith(folder + "/") and inside.endswith(".py"):
+                files[f"{package}/{inside[len(folder) + 1:]}"] = tar.extractfile(member).read()
+            elif member.isfile() and inside == "LICENSE":
+                files[f"{distribution}-{version}.dist-info/LICENSE"] = tar.extractfile(member).read()
+    if f"{package}/__init__.py" not in files:
+        raise SystemExit(f"build_site: {sdist.name} has no {folder}/__init__.py")
+    info = f"{distribution}-{version}.dist-info"
+    files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"
+                                 f"Summary: {distribution}'s pure-Python package, built from its sdist by trainmem's build_site.py\n"
+                                 "License: MIT\n").encode()
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: trainmem build_site.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in sorted(files.items()))
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    wheel = destination / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, data in sorted(files.items()):
+            entry = zipfile.ZipInfo(path, date_time=EPOCH)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, data)
+    return wheel
+
+
+def pure_python_wheels(destination: Path) -> list[Path]:
+    """Build the wheels of the pinned sdists (downloaded with pip, hash-checked, cached)."""
+    folder = CACHE / "sdists"
+    pins = pinned_sdists()
+    cached = {sha256(path): path for path in folder.glob("*.tar.gz")} if folder.exists() else {}
+    if not {digest for *_, digest in pins} <= cached.keys():
+        log("pip download (pinned sdists of pure-Python packages)")
+        folder.mkdir(parents=True, exist_ok=True)
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+             "--no-binary=:all:", "--no-build-isolation", "--require-hashes", "-r", str(SDIST_PINS), "-d", str(folder)])
+        cached = {sha256(path): path for path in folder.glob("*.tar.gz")}
+    wheels = []
+    for name, version, digest in pins:
+        if digest not in cached:
+            raise SystemExit(f"build_site: the sdist of {name}=={version} with sha256 {digest} is missing after download")
+        wheels.append(wheel_from_sdist(cached[digest], name, version, destination))
+    return wheels
+
+
 # --------------------------------------------------------------------------- page data
 
 
@@ -184,14 +280,30 @@ def copy_tree_files(source: Path, destination: Path) -> None:
         shutil.copy2(source, destination)
 
 
-def write_manifest(site: Path, data: dict) -> dict:
+def site_files(site: Path, leave_out: tuple[str, ...] = ("manifest.json",)) -> dict[str, dict]:
     files = {}
     for path in sorted(p for p in site.rglob("*") if p.is_file()):
         relative = path.relative_to(site).as_posix()
-        if relative == "manifest.json":
-            continue
-        files[relative] = {"sha256": sha256(path), "bytes": path.stat().st_size}
+        if relative not in leave_out:
+            files[relative] = {"sha256": sha256(path), "bytes": path.stat().st_size}
+    return files
+
+
+def stamp_service_worker(site: Path) -> str:
+    """Write the build's version into sw.js: a hash of every other file, so any change is a new cache."""
+    listing = json.dumps(site_files(site, ("manifest.json", SERVICE_WORKER)), sort_keys=True)
+    version = hashlib.sha256(listing.encode()).hexdigest()[:16]
+    template = (WEB / SERVICE_WORKER).read_text(encoding="utf-8")
+    (site / SERVICE_WORKER).write_text(template.replace("@SITE_VERSION@", version), encoding="utf-8")
+    return version
+
+
+def write_manifest(site: Path, data: dict) -> dict:
+    """manifest.json: the version of this build (the service worker's cache) and every file's sha256 and size."""
+    version = stamp_service_worker(site)
+    files = site_files(site)
     manifest = {
+        "site_version": version,
         "trainmem_version": data["trainmem_version"],
         "pyodide": json.loads((NODE_MODULES / "pyodide" / "package.json").read_text())["version"],
         "total_bytes": sum(entry["bytes"] for entry in files.values()),
@@ -222,8 +334,14 @@ def build(site: Path) -> dict:
     wheels = [build_trainmem_wheel(wheels_dir).name]
     for wheel in pyodide_wheels():
         wheels.append(Path(shutil.copy2(wheel, wheels_dir / wheel.name)).name)
-    log("compiling the standard library and the wheels to Python 3.14 bytecode (Pyodide under Node)")
-    run(["node", str(WEB / "tools" / "precompile.mjs"), str(staging)])
+    wheels += [wheel.name for wheel in pure_python_wheels(wheels_dir)]
+    with tempfile.TemporaryDirectory() as scratch:
+        cases, keep = Path(scratch) / "cases.json", Path(scratch) / "keep.json"
+        cases.write_text(json.dumps(IMPORT_CASES))
+        log("measuring which standard-library modules the page imports (Pyodide under Node)")
+        run(["node", str(WEB / "tools" / "measure_imports.mjs"), str(staging), str(cases), str(keep)])
+        log("compiling the standard library and the wheels to Python 3.14 bytecode (Pyodide under Node)")
+        run(["node", str(WEB / "tools" / "precompile.mjs"), str(staging), str(keep)])
     python_modules = sorted(f"py/{p.name}" for p in (staging / "py").glob("*.py"))
 
     log("computing the default setup with CPython")
@@ -253,7 +371,7 @@ def is_stale(site: Path) -> bool:
     if not manifest.exists():
         return True
     built = manifest.stat().st_mtime
-    sources = [ROOT / "pyproject.toml", *(ROOT / "core" / "trainmem").rglob("*"), *(
+    sources = [ROOT / "pyproject.toml", ROOT / "build_site.py", *(ROOT / "core" / "trainmem").rglob("*"), *(
         path for path in WEB.rglob("*") if "node_modules" not in path.parts)]
     return any(path.is_file() and path.stat().st_mtime > built for path in sources)
 
@@ -261,8 +379,16 @@ def is_stale(site: Path) -> bool:
 # --------------------------------------------------------------------------- serve
 
 
+# Types a static host such as GitHub Pages sends gzip-compressed (assumed, wasm included: the
+# figures of benchmarks/bench_site.py count these bytes); wheels and zips are compressed already.
+COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "application/wasm", "image/svg+xml")
+
+
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files with the types Pyodide needs (.mjs as JavaScript, .wasm streaming-compiled)."""
+    """Static files with the types Pyodide needs (.mjs as JavaScript, .wasm streaming-compiled),
+    gzip-compressed for a client that accepts it, as a static host compresses them."""
+
+    _gzip_cache: dict[tuple[str, float], bytes] = {}
 
     extensions_map = {
         **http.server.SimpleHTTPRequestHandler.extensions_map,
@@ -273,7 +399,32 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         ".svg": "image/svg+xml",
         ".whl": "application/zip",
         ".zip": "application/zip",
+        ".md": "text/markdown",
     }
+
+    def send_head(self):  # type: ignore[override]  (http.server's own name)
+        path = self.translate_path(self.path)
+        accepts = "gzip" in self.headers.get("Accept-Encoding", "")
+        content_type = self.guess_type(path)
+        if not (accepts and os.path.isfile(path) and content_type.startswith(COMPRESSED_TYPES) and "Range" not in self.headers):
+            return super().send_head()
+        key = (path, os.stat(path).st_mtime)
+        body = self._gzip_cache.get(key)
+        if body is None:
+            import gzip
+
+            with open(path, "rb") as file:
+                body = gzip.compress(file.read(), compresslevel=6, mtime=0)
+            self._gzip_cache[key] = body
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Vary", "Accept-Encoding")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        import io
+
+        return io.BytesIO(body)
 
     def end_headers(self) -> None:
         # Revalidate every time (cheap 304s), so a rebuilt site is never stale in a browser.

@@ -5,6 +5,7 @@
     trainmem estimate setup.json --json
     trainmem presets | gpus | optimizers [--json]
     trainmem schema
+    trainmem compare a.json b.json [--json | --markdown]   # or: trainmem compare a.json --zero 3
     trainmem measure ... / trainmem validate ...   (see their --help)
 
 Exit status: 0 on success, 1 when ``--fail-if-not-fit`` is given and the setup does not
@@ -211,6 +212,63 @@ def _estimate(args: argparse.Namespace) -> int:
     return run_estimate(args, setup_from_arguments, flag_patch)
 
 
+def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """A (a setup or a saved ``estimate --json`` report), and B: a second file, flags on top of A, or both."""
+    _add_estimate_arguments(parser)
+    parser.add_argument("other", nargs="?", metavar="B", help="the second setup or report file (default: A itself)")
+    parser.add_argument("--markdown", action="store_true", help="print the comparison as a Markdown table")
+
+
+def _read_side(path: str) -> tuple[dict[str, Any], Any]:
+    """(setup dict, Report or None): a report file (``estimate --json``) is used as it is, unless flags change it."""
+    from .report import Report
+
+    try:
+        data = read_json_file(path, "setup file")
+    except ValueError as error:
+        raise _InputError(f"setup: {error}") from None
+    if not isinstance(data, dict):
+        raise _InputError(f"setup: {path!r} must hold a JSON object")
+    if "peak_total_bytes" in data and isinstance(data.get("setup"), dict):
+        return data["setup"], Report.model_validate(data)
+    return data, None
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .compare import compare, render_comparison
+    from .estimate import estimate
+    from .render_markdown import render_comparison_markdown
+
+    if not args.setup:
+        raise _InputError("setup: give the first setup file (trainmem compare A.json B.json, or A.json and flags)")
+    if args.json and args.markdown:
+        raise _InputError("compare: give only one of --json, --markdown")
+    setup_a, report_a = _read_side(args.setup)
+    setup_b, report_b = _read_side(args.other) if args.other else (setup_a, report_a)
+    first, second = args.setup, args.other
+    args.setup = None  # what is left of the arguments is the flags: a patch on top of B
+    flags = setup_from_arguments(args)
+    if not second and not flags:
+        raise _InputError("compare: give a second setup file, or flags that change the first (e.g. --zero 3)")
+    if flags:
+        setup_b, report_b = merge_patch(setup_b, flags), None
+    a = report_a or estimate(setup_a)
+    b = report_b or estimate(setup_b)
+    b_label = Path(second).name if second else f"{Path(first).name} with the flags"
+    if second and flags:
+        b_label += " with the flags"
+    comparison = compare(a, b, a_label=Path(first).name, b_label=b_label)
+    if args.json:
+        print(comparison.model_dump_json(indent=2))
+    elif args.markdown:
+        print(render_comparison_markdown(comparison), end="")
+    else:
+        print(render_comparison(comparison))
+    return 1 if args.fail_if_not_fit and not b.fit.fits else 0
+
+
 def _catalog(kind: str, as_json: bool) -> int:
     if kind == "presets":
         from .estimate import estimate  # noqa: F401  (parameter counts come from the inventory)
@@ -255,6 +313,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _OneLineParser(prog="trainmem", description="Simulate the GPU memory of a training step.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     _add_estimate_arguments(commands.add_parser("estimate", help="estimate the memory of a setup"))
+    _add_compare_arguments(
+        commands.add_parser(
+            "compare",
+            help="compare two setups: the peaks, categories and parts of B against A",
+            description="Compare setup (or report) B with A: trainmem compare A.json B.json, or "
+            "trainmem compare A.json --zero 3 (B is A with the flags on top). --fail-if-not-fit looks at B.",
+        )
+    )
     for kind in ("presets", "gpus", "optimizers"):
         sub = commands.add_parser(kind, help=f"list the {kind} trainmem knows")
         sub.add_argument("--json", action="store_true")
@@ -269,6 +335,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "estimate":
             return _estimate(args)
+        if args.command == "compare":
+            return _compare(args)
         if args.command == "schema":
             from .setup import Setup
 

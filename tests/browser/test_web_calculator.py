@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from browser_helpers import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL_PATH = f"{Path(sys.executable).parent}:/usr/bin:/bin"  # the venv's trainmem first
+# ... importing the trainmem of this test run (a PYTHONPATH checkout, not only the installed one).
+SHELL_ENV = {"PATH": SHELL_PATH, **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})}
 sys.path.insert(0, str(ROOT))
 from build_site import DEFAULT_SETUP  # noqa: E402
 
@@ -172,7 +175,7 @@ def test_copied_command_and_python_reproduce_the_numbers(page, guard, site_url, 
     command = page.get_by_test_id("share-output").input_value()
     assert command.startswith("trainmem estimate --preset llama-3.1-8b")
     done = subprocess.run(f"{command} --json", shell=True, capture_output=True, text=True, cwd=tmp_path,
-                          env={"PATH": SHELL_PATH})
+                          env=SHELL_ENV)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     shown = dict(numbers)
@@ -212,7 +215,7 @@ def test_a_pasted_config_json_is_the_model(page, guard, site_url, tmp_path):
     command = page.get_by_test_id("share-output").input_value()
     assert command.startswith("echo '") and command.endswith("> setup.json && trainmem estimate setup.json")
     done = subprocess.run(f"{command} --json", shell=True, capture_output=True, text=True, cwd=tmp_path,
-                          env={"PATH": SHELL_PATH})
+                          env=SHELL_ENV)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["peak_total_bytes"] == page_numbers(page)["peak-total"]
 

@@ -3,6 +3,9 @@
 //
 //   node run_in_pyodide.mjs estimate WHEELS_DIR CASES.json OUT.json
 //       estimate each setup of CASES.json ([setup, ...]) with the page's bridge; write the answers
+//   node run_in_pyodide.mjs site SITE_DIR CASES.json OUT.json
+//       the built site as the page runs it: its Pyodide (the pruned python_stdlib.zip), its
+//       wheels and its py/ modules; estimate each setup, write each report's Markdown too
 //   node run_in_pyodide.mjs pytest WHEELS_DIR TEST_WHEELS_DIR REPO_DIR [pytest args...]
 //       run pytest over REPO_DIR (mounted read-only in spirit at /repo) with the core from the wheels
 
@@ -19,7 +22,9 @@ const [mode, wheelsDir, ...rest] = process.argv.slice(2);
 const wheelsIn = (dir) => readdirSync(dir).filter((name) => name.endsWith(".whl")).map((name) => resolve(dir, name));
 
 const output = [];
+const indexURL = mode === "site" ? `${resolve(wheelsDir, "pyodide")}/` : undefined;
 const pyodide = await loadPyodide({
+  indexURL,
   stdout: (line) => output.push(line) && mode === "pytest" && console.log(line),
   stderr: (line) => console.error(line),
 });
@@ -38,6 +43,28 @@ if (mode === "estimate") {
   const cases = JSON.parse(readFileSync(casesPath, "utf8"));
   const answers = cases.map((setup) => JSON.parse(bridge.compute(JSON.stringify(setup))));
   answers.push({ platform: pyodide.runPython("import sys, platform; f'{sys.platform} {platform.python_version()}'") });
+  writeFileSync(outPath, JSON.stringify(answers));
+} else if (mode === "site") {
+  const [casesPath, outPath] = rest;
+  const site = wheelsDir;
+  await load(wheelsIn(join(site, "wheels")));
+  for (const name of readdirSync(join(site, "py")).filter((n) => n.endsWith(".py"))) {
+    pyodide.FS.writeFile(`/home/pyodide/${name}`, readFileSync(join(site, "py", name), "utf8"));
+  }
+  const bridge = pyodide.pyimport("trainmem_web");
+  const cases = JSON.parse(readFileSync(casesPath, "utf8"));
+  const answers = cases.map((setup) => {
+    const answer = JSON.parse(bridge.compute(JSON.stringify(setup)));
+    if (answer.ok) answer.markdown = bridge.markdown(JSON.stringify(answer.report), "");
+    return answer;
+  });
+  const stdlib = pyodide.runPython("import sys; [p for p in sys.path if p.endswith('.zip')][0]");
+  const yaml = pyodide.runPython(`
+import json, yaml
+from trainmem.files import parse_yaml_text
+json.dumps({"with_libyaml": yaml.__with_libyaml__, "version": yaml.__version__,
+            "parsed": parse_yaml_text("trainer:\\n  lr: 2.0e-5\\n  layers: [1, 2]\\n", "config.yaml")})`);
+  answers.push({ stdlib_zip: stdlib, yaml: JSON.parse(yaml) });
   writeFileSync(outPath, JSON.stringify(answers));
 } else if (mode === "pytest") {
   const [testWheelsDir, repoDir, ...pytestArgs] = rest;

@@ -258,6 +258,107 @@ function timelineAnnotations(timeline, report, colors) {
   return annotations;
 }
 
+/** Compare mode: the five categories as paired bars, A (hatched lighter) next to B. */
+export function drawCategoryPairs(canvas, a, b) {
+  if (!chartsAvailable()) return;
+  const build = (colors) => {
+    const options = baseOptions(colors);
+    Object.assign(options, {
+      scales: {
+        x: { ticks: { color: colors.muted }, grid: { display: false } },
+        y: { min: 0, ticks: { color: colors.muted, callback: (value) => gib(Number(value)) }, grid: { color: colors.grid } },
+      },
+    });
+    options.plugins.legend.position = "bottom";
+    return {
+      type: "bar",
+      data: {
+        labels: CATEGORIES.map((category) => CATEGORY_LABELS[category]),
+        datasets: [
+          { label: "A (pinned)", data: [], backgroundColor: [], borderColor: [], borderWidth: 2 },
+          { label: "B (this setup)", data: [], backgroundColor: [], borderWidth: 0 },
+        ],
+      },
+      options,
+    };
+  };
+  const fill = (chart, colors) => {
+    const [setA, setB] = chart.data.datasets;
+    setA.data = CATEGORIES.map((category) => toGiB(a.breakdown[category]));
+    setB.data = CATEGORIES.map((category) => toGiB(b.breakdown[category]));
+    setA.backgroundColor = CATEGORIES.map(() => colors.surface); // A outlined, B filled
+    setA.borderColor = CATEGORIES.map((category) => colors.categories[category]);
+    setB.backgroundColor = CATEGORIES.map((category) => colors.categories[category]);
+  };
+  upsert(canvas, build, fill);
+}
+
+function totals(report) {
+  const timeline = report.ranks[report.heaviest_rank].timeline;
+  return timeline.labels.map((label, i) => ({
+    label,
+    total: CATEGORIES.reduce((sum, category) => sum + timeline[category][i], 0),
+  }));
+}
+
+/** Compare mode: both steps' allocated memory, overlaid on a common 0–100 % of the step axis. */
+export function drawTimelineOverlay(canvas, a, b) {
+  if (!chartsAvailable()) return;
+  const build = (colors) => {
+    const options = baseOptions(colors);
+    Object.assign(options, {
+      interaction: { mode: "nearest", intersect: false, axis: "x" },
+      elements: { point: { radius: 0, hitRadius: 4 }, line: { borderWidth: 2, tension: 0 } },
+      scales: {
+        x: { type: "linear", min: 0, max: 100, ticks: { color: colors.muted, callback: (value) => `${value} %` }, grid: { display: false },
+             title: { display: true, text: "share of the step's events", color: colors.muted } },
+        y: { min: 0, ticks: { color: colors.muted, callback: (value) => gib(Number(value)) }, grid: { color: colors.grid },
+             title: { display: true, text: "allocated memory", color: colors.muted } },
+      },
+    });
+    options.plugins.legend.position = "bottom";
+    options.plugins.tooltip.callbacks.label = (item) => `${item.dataset.label}: ${item.raw.event}, ${formatBytes(item.raw.y * 2 ** 30)}`;
+    return {
+      type: "line",
+      data: {
+        datasets: [
+          { label: "A (pinned)", data: [], borderColor: colors.muted, backgroundColor: colors.muted, borderDash: [6, 4] },
+          { label: "B (this setup)", data: [], borderColor: colors.categories.parameters, backgroundColor: colors.categories.parameters },
+        ],
+      },
+      options,
+    };
+  };
+  const points = (report) => {
+    const list = totals(report);
+    const last = Math.max(1, list.length - 1);
+    return list.map((point, i) => ({ x: (100 * i) / last, y: toGiB(point.total), event: point.label }));
+  };
+  const fill = (chart) => {
+    chart.data.datasets[0].data = points(a);
+    chart.data.datasets[1].data = points(b);
+  };
+  upsert(canvas, build, fill);
+}
+
+/** The colours the charts use now (the stylesheet's, for the current light or dark scheme). */
+export function chartColors() {
+  return palette();
+}
+
+/** A chart's picture as a PNG Blob on an opaque background (a transparent PNG pastes badly); null before it is drawn. */
+export function chartPng(canvas) {
+  if (!charts.get(canvas)) return Promise.resolve(null);
+  const out = document.createElement("canvas");
+  out.width = canvas.width;
+  out.height = canvas.height;
+  const context = out.getContext("2d");
+  context.fillStyle = palette().surface || "#ffffff";
+  context.fillRect(0, 0, out.width, out.height);
+  context.drawImage(canvas, 0, 0);
+  return new Promise((resolve) => out.toBlob(resolve, "image/png"));
+}
+
 /** Redraw every chart when the system switches between light and dark. */
 export function followColorScheme(redraw) {
   if (typeof window === "undefined" || !window.matchMedia) return;

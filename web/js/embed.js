@@ -63,7 +63,7 @@ function show(next, origin) {
 function showPlaceholder() {
   const doc = document;
   resultsNode.replaceChildren(
-    el(doc, "p", { class: "embed-title", text: describeSetup(setup, data.catalogs) }),
+    el(doc, "h1", { class: "embed-title", text: describeSetup(setup, data.catalogs) }),
     el(doc, "p", { class: "muted", text: "This setup has not been computed yet." }),
     el(doc, "button", { type: "button", class: "primary", "data-action": "compute", text: "Compute in the browser" }),
   );

@@ -77,6 +77,27 @@ export class Engine {
     });
   }
 
+  /**
+   * Estimate a setup outside the latest-request queue (the pinned setup of compare mode, the
+   * Markdown report): never superseded; resolves to {ok, report | errors}.
+   */
+  async computeOnce(setup, { suggestions = false } = {}) {
+    await this.start();
+    return JSON.parse(await this.call("compute", { setupJson: JSON.stringify(setup), suggestions }));
+  }
+
+  /** A report (an object) as Markdown, by the core's trainmem.render_markdown. */
+  async markdown(report, title = "") {
+    await this.start();
+    return this.call("markdown", { reportJson: JSON.stringify(report), title });
+  }
+
+  /** Report B against report A (objects) as the core's Markdown comparison (trainmem.compare). */
+  async compareMarkdown(a, b, aLabel, bLabel) {
+    await this.start();
+    return this.call("compareMarkdown", { aJson: JSON.stringify(a), bJson: JSON.stringify(b), aLabel, bLabel });
+  }
+
   /** True while nothing is computing or waiting (the page asks for suggestions only then). */
   get idle() {
     return !this.running && !this.queued;

@@ -1,7 +1,9 @@
 // The calculator page: the form, the results, sharing. Pyodide starts loading at once in a
 // Web Worker; until it is ready the build-time result of the default setup is on screen.
 
-import { drawCapacity, drawTimeline, followColorScheme } from "./charts.js";
+import { chartColors, chartPng, drawCapacity, drawCategoryPairs, drawTimeline, drawTimelineOverlay, followColorScheme } from "./charts.js";
+import { capacitySvg, timelineSvg } from "./svg.js";
+import { compareReports, renderComparison } from "./compare.js";
 import { engine } from "./boot.js";
 import { SetupForm, invalidJsonErrors } from "./form.js";
 import { renderReport, summarize } from "./results.js";
@@ -29,11 +31,29 @@ let suggestions = []; // the suggestions on screen (the last report computed wit
 let engineReady = false;
 const SUGGESTIONS_DELAY_MS = 150; // ask for suggestions once the reader pauses
 let setup = setupFromHash() || pageDefault;
+let shownSetup = null; // the minimal setup `report` was computed for
+// Compare mode: the pinned setup A ({setup: minimal, report | null until computed}), or null.
+let pinned = pinnedFromHash();
+
+function fullSetup(partial) {
+  return applyCouplings(overlay(data.core_defaults, partial, schema), flatten(partial, schema).map(([path]) => path));
+}
 
 function setupFromHash() {
   const { setup: partial } = decodeHash(location.hash);
-  if (!partial) return null;
-  return applyCouplings(overlay(data.core_defaults, partial, schema), flatten(partial, schema).map(([path]) => path));
+  return partial ? fullSetup(partial) : null;
+}
+
+/** A pinned setup travels in the address as `_a=<A's own hash, encoded>`. */
+function pinnedFromHash() {
+  const { extra } = decodeHash(location.hash);
+  if (!extra.a) return null;
+  const { setup: partial } = decodeHash(extra.a);
+  return partial ? { setup: minimal(fullSetup(partial)), report: null } : null;
+}
+
+function pageHash(small) {
+  return encodeHash(small, schema, pinned ? { a: encodeHash(pinned.setup, schema) } : {});
 }
 
 function minimal(full) {
@@ -42,11 +62,13 @@ function minimal(full) {
 
 // ---------------------------------------------------------------------------- results
 
-function showReport(next, { suggestionsPending = false } = {}) {
+function showReport(next, { suggestionsPending = false, computedFor = minimal(setup) } = {}) {
   report = next;
+  shownSetup = computedFor;
   if (!suggestionsPending) suggestions = next.suggestions;
   form.lastReport = next;
   renderReport(resultsNode, next, { catalogs: data.catalogs, suggestionsPending });
+  showComparison();
   drawCharts();
   setStale(null);
 }
@@ -55,7 +77,80 @@ function drawCharts() {
   if (!report) return;
   drawCapacity(resultsNode.querySelector('canvas[data-chart="capacity"]'), summarize(report));
   drawTimeline(resultsNode.querySelector('canvas[data-chart="timeline"]'), report);
+  if (pinned?.report && !compareNode.hidden) {
+    drawCategoryPairs(compareNode.querySelector('canvas[data-chart="compare-categories"]'), pinned.report, report);
+    drawTimelineOverlay(compareNode.querySelector('canvas[data-chart="compare-timeline"]'), pinned.report, report);
+  }
 }
+
+// ---------------------------------------------------------------------------- compare mode
+
+const compareNode = document.getElementById("compare");
+const pinButton = document.getElementById("compare-pin");
+const unpinButton = document.getElementById("compare-unpin");
+const compareMarkdownButton = document.querySelector('[data-testid="download-compare-markdown"]');
+
+/** Render A against B when both reports are known (B: the report on screen). */
+function showComparison() {
+  pinButton.textContent = pinned ? "Pin this setup as A instead" : "Pin as A to compare";
+  unpinButton.hidden = !pinned;
+  compareMarkdownButton.hidden = !pinned;
+  compareNode.hidden = !pinned;
+  if (!pinned) return;
+  if (!pinned.report || !report) {
+    compareNode.replaceChildren(Object.assign(document.createElement("p"), { className: "muted", textContent: "Computing the pinned setup A…" }));
+    return;
+  }
+  const cmp = compareReports(pinned.report, report);
+  renderComparison(compareNode, cmp, {
+    aTitle: describeSetup(overlay(data.core_defaults, pinned.setup, schema), data.catalogs),
+    bTitle: describeSetup(overlay(data.core_defaults, shownSetup, schema), data.catalogs),
+  });
+  // Which two setups are compared on screen (tests wait on it).
+  document.documentElement.dataset.comparedSetups = JSON.stringify([pinned.setup, shownSetup]);
+}
+
+/** The pinned setup's report: the build-time one, the one on screen, or computed by the engine. */
+async function resolvePinned() {
+  if (!pinned || pinned.report) return;
+  const wanted = pinned;
+  if (deepEqual(wanted.setup, minimal(pageDefault))) wanted.report = data.default_report;
+  else if (report && deepEqual(wanted.setup, shownSetup)) wanted.report = report;
+  else if (engineReady) {
+    const answer = await engine.computeOnce(wanted.setup);
+    if (answer.ok) wanted.report = answer.report;
+    else {
+      if (pinned === wanted) pinned = null;
+      notice.hidden = false;
+      notice.textContent = `The pinned setup A has an error (${answer.errors[0]?.message}): not comparing.`;
+      writeHash();
+    }
+  }
+  if (pinned === wanted) {
+    showComparison();
+    drawCharts();
+  }
+}
+
+function writeHash() {
+  const hash = pageHash(minimal(setup));
+  if (location.hash.slice(1) !== hash) history.replaceState(null, "", `#${hash}`);
+}
+
+pinButton.addEventListener("click", () => {
+  if (!report) return;
+  pinned = { setup: shownSetup, report };
+  writeHash();
+  showComparison();
+  drawCharts();
+});
+
+unpinButton.addEventListener("click", () => {
+  pinned = null;
+  delete document.documentElement.dataset.comparedSetups;
+  writeHash();
+  showComparison();
+});
 
 /** Mark the results as not (yet) those of the form's setup, with a reason; null clears. */
 function setStale(reason) {
@@ -78,7 +173,7 @@ async function addSuggestions(asked) {
   if (!engine.idle || !current()) return; // a newer change is being computed
   const answer = await engine.compute(asked);
   if (answer.superseded || !answer.ok || !current()) return;
-  showReport(answer.report);
+  showReport(answer.report, { computedFor: asked });
   document.documentElement.dataset.suggestedSetup = JSON.stringify(asked);
 }
 
@@ -101,7 +196,7 @@ async function recompute(asked = minimal(setup)) {
   const answered = performance.now();
   if (answer.ok) {
     form.clearErrors();
-    showReport(answer.report, { suggestionsPending: true });
+    showReport(answer.report, { suggestionsPending: true, computedFor: asked });
     suggestionsTimer = setTimeout(() => addSuggestions(asked), SUGGESTIONS_DELAY_MS);
     // Where a recompute's time goes (read by benchmarks/bench_site.py).
     const rendered = performance.now();
@@ -121,7 +216,7 @@ function setupChanged(next) {
   setup = next;
   const small = minimal(setup);
   setupJsonNode.textContent = JSON.stringify(small, null, 2);
-  const hash = encodeHash(small, schema);
+  const hash = pageHash(small);
   if (location.hash.slice(1) !== hash) history.replaceState(null, "", `#${hash}`);
   document.title = `${describeSetup(setup, data.catalogs)} — trainmem`;
   recompute(small);
@@ -141,11 +236,19 @@ setupJsonNode.textContent = JSON.stringify(minimal(setup), null, 2);
 if (deepEqual(minimal(setup), minimal(pageDefault))) {
   showReport(data.default_report); // the build-time result: same numbers, now with charts
 } else {
+  showComparison();
   setStale("computing");
 }
+resolvePinned();
 
 window.addEventListener("hashchange", () => {
   const next = setupFromHash();
+  const nextPinned = pinnedFromHash();
+  if (!deepEqual(nextPinned?.setup, pinned?.setup)) {
+    pinned = nextPinned;
+    showComparison();
+    resolvePinned();
+  }
   if (!next || deepEqual(minimal(next), minimal(setup))) return;
   form.setSetup(next);
   setupChanged(form.getSetup());
@@ -184,7 +287,7 @@ function shareText(kind) {
   const hash = encodeHash(small, schema);
   switch (kind) {
     case "link":
-      return new URL(`#${hash}`, location.href).href;
+      return new URL(`#${pageHash(small)}`, location.href).href;
     case "command":
       return cliCommand(small, setup, schema);
     case "python":
@@ -214,18 +317,117 @@ document.querySelector(".share-buttons").addEventListener("click", async (event)
   shareStatus.textContent = copied ? `${SHARE_LABELS[kind]} copied to the clipboard.` : `Press Ctrl+C to copy the ${SHARE_LABELS[kind].toLowerCase()}.`;
 });
 
+// ---------------------------------------------------------------------------- phone drawer
+// Below 880 px the results come first and the form is a bottom drawer: the verdict and the
+// headline numbers stay in view above it while a value changes.
+
+const layout = document.querySelector(".layout");
+const drawerToggle = document.getElementById("drawer-toggle");
+const drawerClose = document.getElementById("drawer-close");
+
+function setDrawer(open) {
+  layout.classList.toggle("drawer-open", open);
+  drawerToggle.setAttribute("aria-expanded", String(open));
+  if (open) document.getElementById("setup-form").querySelector("select, input, textarea, button")?.focus();
+  else drawerToggle.focus();
+}
+
+drawerToggle.addEventListener("click", () => setDrawer(true));
+drawerClose.addEventListener("click", () => setDrawer(false));
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && layout.classList.contains("drawer-open")) setDrawer(false);
+});
+
+// ---------------------------------------------------------------------------- downloads
+
+/** Save a Blob as a file (an <a download> of an object URL: nothing leaves the page). */
+function saveFile(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const link = Object.assign(document.createElement("a"), { href: url, download: name });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+function fileStem() {
+  const small = minimal(setup);
+  const words = [small.model.preset || "custom-model", `mbs${setup.micro_batch_size}`, `seq${setup.sequence_length}`];
+  return `trainmem-${words.join("-")}`.replace(/[^A-Za-z0-9._-]+/g, "-");
+}
+
+async function downloadFile(kind) {
+  if (!report) return null;
+  const title = describeSetup(overlay(data.core_defaults, shownSetup, schema), data.catalogs);
+  switch (kind) {
+    case "capacity.png":
+      return chartPng(resultsNode.querySelector('canvas[data-chart="capacity"]'));
+    case "timeline.png":
+      return chartPng(resultsNode.querySelector('canvas[data-chart="timeline"]'));
+    case "capacity.svg":
+      return new Blob([capacitySvg(summarize(report), chartColors())], { type: "image/svg+xml" });
+    case "timeline.svg":
+      return new Blob([timelineSvg(report, chartColors())], { type: "image/svg+xml" });
+    case "report.md":
+      return new Blob([await engine.markdown(report, `trainmem: ${title}`)], { type: "text/markdown" });
+    case "compare.md": {
+      if (!pinned?.report) return null;
+      const aTitle = describeSetup(overlay(data.core_defaults, pinned.setup, schema), data.catalogs);
+      return new Blob([await engine.compareMarkdown(pinned.report, report, aTitle, title)], { type: "text/markdown" });
+    }
+    default:
+      return null;
+  }
+}
+
+document.querySelector(".download-buttons").addEventListener("click", async (event) => {
+  const button = event.target.closest("button[data-download]");
+  if (!button) return;
+  const kind = button.dataset.download;
+  const needsEngine = kind.endsWith(".md") && !engineReady;
+  if (needsEngine) shareStatus.textContent = "Waiting for the Python engine to write the Markdown…";
+  const blob = await downloadFile(kind);
+  if (!blob) {
+    shareStatus.textContent = "Nothing to download yet: the charts are still loading.";
+    return;
+  }
+  const name = `${fileStem()}-${kind.replace("capacity", "breakdown")}`;
+  saveFile(blob, name);
+  shareStatus.textContent = `Saved ${name}.`;
+});
+
+// ---------------------------------------------------------------------------- offline
+
+/**
+ * sw.js caches this build's files, so the next visit works without a network. Registered once
+ * the engine is ready: its download (the same files, revalidated) never competes with the first load.
+ */
+function registerServiceWorker() {
+  if (!("serviceWorker" in navigator) || location.protocol === "file:") return;
+  // A new build's worker takes over while this (older) page is open: say so, do not reload under the reader.
+  const hadController = Boolean(navigator.serviceWorker.controller);
+  navigator.serviceWorker.addEventListener("controllerchange", () => {
+    if (hadController) setProgress(1, "A new version of trainmem is ready: reload the page to use it.");
+  });
+  navigator.serviceWorker.register("sw.js").then(
+    () => navigator.serviceWorker.ready.then(() => { document.documentElement.dataset.offline = "ready"; }),
+    () => { document.documentElement.dataset.offline = "unavailable"; },
+  );
+}
+
 // ---------------------------------------------------------------------------- start
 
 engine
   .start()
   .then(() => {
     engineReady = true;
-    return recompute();
+    return resolvePinned().then(() => recompute());
   })
   .then(() => {
     document.documentElement.dataset.engine = "ready";
     performance.mark("trainmem:interactive");
     setProgress(1, "Python engine ready: every change recomputes in your browser.");
+    registerServiceWorker();
   })
   .catch((error) => {
     document.documentElement.dataset.engine = "failed";

@@ -335,7 +335,7 @@ function renderResolved(container, report) {
 /** Render the compact view of the embed from a summary. */
 export function renderSummary(container, summary, title) {
   const doc = container.ownerDocument;
-  part(container, "title", "p", { class: "embed-title" }).textContent = title;
+  part(container, "title", "h1", { class: "embed-title" }).textContent = title; // the page's one heading
   renderVerdict(container, summary);
   renderHeadline(container, summary, null);
   chartSlot(

@@ -44,6 +44,8 @@ const handlers = {
   boot,
   compute: ({ setupJson, suggestions }) => bridge.compute(setupJson, suggestions),
   architecture: ({ modelJson }) => bridge.architecture(modelJson),
+  markdown: ({ reportJson, title }) => bridge.markdown(reportJson, title),
+  compareMarkdown: ({ aJson, bJson, aLabel, bLabel }) => bridge.compare_markdown(aJson, bJson, aLabel, bLabel),
 };
 
 self.addEventListener("message", async (event) => {

@@ -61,6 +61,22 @@ def architecture(model_json: str) -> str:
     return json.dumps({"ok": True, "architecture": found.model_dump(mode="json") if found else None})
 
 
+def markdown(report_json: str, title: str = "") -> str:
+    """A report (JSON text, as compute() answered it) as the core's Markdown tables."""
+    from trainmem.render_markdown import render_report_markdown
+
+    return render_report_markdown(trainmem.Report.model_validate_json(report_json), title)
+
+
+def compare_markdown(a_json: str, b_json: str, a_label: str = "A", b_label: str = "B") -> str:
+    """Report B against report A (JSON texts) as the core's Markdown comparison."""
+    from trainmem.compare import compare
+    from trainmem.render_markdown import render_comparison_markdown
+
+    a, b = (trainmem.Report.model_validate_json(text) for text in (a_json, b_json))
+    return render_comparison_markdown(compare(a, b, a_label, b_label))
+
+
 def catalogs() -> dict[str, Any]:
     """The catalogs the form offers, straight from the core's data files."""
     return {

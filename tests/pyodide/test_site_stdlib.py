@@ -1,0 +1,66 @@
+"""The built site's own Python: Pyodide with the pruned standard library (build_site.py keeps only
+the top-level modules the page was measured to import), the site's wheels (PyYAML's built from its
+sdist among them) and py/ modules.
+
+Every setup of the core-in-Pyodide matrix, and of the build's import measurement, gives the
+report CPython gives, and its Markdown: a module left out of python_stdlib.zip that the page
+needs fails here, not in a reader's browser.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from test_core_in_pyodide import CASES, ROOT
+
+HERE = Path(__file__).resolve().parent
+SITE = ROOT / "_site"
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    sys.path.insert(0, str(ROOT))
+    from build_site import is_stale
+
+    if is_stale(SITE):
+        subprocess.run([sys.executable, str(ROOT / "build_site.py")], check=True)
+    return SITE
+
+
+def test_the_standard_library_is_pruned(site):
+    names = zipfile.ZipFile(site / "pyodide" / "python_stdlib.zip").namelist()
+    tops = {name.split("/")[0].removesuffix(".pyc") for name in names}
+    assert {"json", "re", "typing", "dataclasses", "encodings"} <= tops
+    assert not tops & {"unittest", "xmlrpc", "tkinter", "idlelib", "pydoc_data", "multiprocessing"}
+
+
+def test_the_site_computes_like_cpython(site, tmp_path):
+    from build_site import IMPORT_CASES
+
+    cases = CASES + IMPORT_CASES
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    subprocess.run(["node", str(HERE / "run_in_pyodide.mjs"), "site", str(site), str(tmp_path / "cases.json"),
+                    str(tmp_path / "answers.json")], check=True, timeout=600)
+    *answers, info = json.loads((tmp_path / "answers.json").read_text())
+    assert info["stdlib_zip"].endswith(".zip")
+    # PyYAML, from the wheel build_site.py builds of the pinned sdist's pure-Python package.
+    assert info["yaml"] == {"with_libyaml": False, "version": "6.0.3",
+                            "parsed": {"trainer": {"lr": 2.0e-5, "layers": [1, 2]}}}
+
+    sys.path[:0] = [str(ROOT / "web" / "py")]
+    import trainmem_web
+
+    for setup, wasm in zip(cases, answers):
+        cpython = json.loads(trainmem_web.compute(json.dumps(setup)))
+        if cpython["ok"]:
+            cpython["markdown"] = trainmem_web.markdown(json.dumps(cpython["report"]))
+        assert wasm == cpython, f"the site's Pyodide and CPython disagree for {setup}"
