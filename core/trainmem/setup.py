@@ -201,6 +201,24 @@ class Parallelism(FrozenModel):
     bucket_size_mib: PositiveFloat = Field(
         default=25.0, description="DDP bucket_cap_mb / DeepSpeed reduce_bucket_size (converted to MiB)."
     )
+    fsdp_version: Literal[1, 2] = Field(
+        default=2, description="FSDP1 (FullyShardedDataParallel, flat parameters) or FSDP2 (fully_shard, DTensor shards)."
+    )
+    fsdp_reshard_after_forward: bool = Field(
+        default=True,
+        description="FSDP2 fully_shard(reshard_after_forward=...): free each unit's unsharded weights after its forward "
+        "(True) or keep them until its backward (False, ZeRO-2-like).",
+    )
+    fsdp_reduce_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = Field(
+        default=None,
+        description="FSDP MixedPrecisionPolicy(reduce_dtype=...): the dtype gradients are reduce-scattered in; "
+        "None: the param dtype.",
+    )
+    tensor_parallel_flavor: Literal["megatron", "dtensor"] = Field(
+        default="megatron",
+        description="megatron: Megatron-Core TP (vocabulary-parallel embedding and loss); dtensor: PyTorch "
+        "parallelize_module with colwise/rowwise plans (torchtitan, transformers tp_plan).",
+    )
 
     @model_validator(mode="before")
     @classmethod
