@@ -80,7 +80,7 @@ def test_backward_leaves_one_gradient_per_parameter_of_the_layer(name):
     # On CPU, bytes are counted exactly (CUDA rounds each gradient up to 512 bytes).
     kernels = LayerKernels(device="cpu", autocast=None, weight_dtype="bf16", stream_dtype="bf16", attention="fused")
     trace = trace_layer(arch, shape, kernels, Trainability(lambda m: True, lambda m: False), True)
-    assert trace.parameter_grad_bytes == build_inventory(arch).layer_numel * 2
+    assert trace.parameter_grad_bytes == build_inventory(arch).layer_groups[0].layer_numel * 2
 
 
 def test_layer_input_gradient_is_one_stream_tensor():

@@ -2,7 +2,8 @@
 
 An :class:`Architecture` is everything trainmem needs to know about a model to list its
 parameter tensors (``inventory.py``) and the activations each layer saves for backward
-(``activations.py``). Field names follow the Hugging Face ``config.json`` fields of the
+(``layers.py``). Which family's code builds and runs it (module names, config reader, layer
+program, PEFT defaults) is looked up from ``model_type`` in ``trainmem.models``. Field names follow the Hugging Face ``config.json`` fields of the
 Llama family (``hidden_size``, ``num_key_value_heads``, ``intermediate_size``, ...); the
 flags below them describe the variations between families (GPT-2's biases and learned
 positions, Gemma 2's four norms, Phi-3's fused projections, Mixtral's experts).
@@ -10,7 +11,7 @@ positions, Gemma 2's four norms, Phi-3's fused projections, Mixtral's experts).
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
@@ -68,6 +69,32 @@ class Architecture(FrozenModel):
     scale_embeddings: bool = Field(default=False, description="Gemma multiplies the embeddings by sqrt(hidden_size).")
     final_logit_softcapping: Optional[float] = Field(default=None, gt=0)
     attn_logit_softcapping: Optional[float] = Field(default=None, gt=0)
+    norm_position: Literal["pre", "post"] = Field(
+        default="pre",
+        description="pre: norm(x) feeds each sub-block (Llama); post: the sub-block's output is normed before "
+        "the residual add (OLMo 2).",
+    )
+    qk_norm_over: Literal["head", "projection"] = Field(
+        default="head",
+        description="qk_norm per head (Qwen3, Gemma 3) or over the whole q/k projection (OLMo 2).",
+    )
+    dense_layers: tuple[NonNegativeInt, ...] = Field(
+        default=(),
+        description="In a MoE model, the layers whose MLP is dense (DeepSeek's first_k_dense_replace, Qwen-MoE's "
+        "mlp_only_layers, Llama 4's interleaving).",
+    )
+    dense_intermediate_size: Optional[PositiveInt] = Field(
+        default=None, description="MLP width of the dense layers of a MoE model. Default: intermediate_size."
+    )
+    embedding_scale_buffer: bool = Field(
+        default=False, description="Gemma 3 keeps the embedding scale sqrt(h) as a one-element buffer."
+    )
+    not_counted: tuple[str, ...] = Field(
+        default=(), description="Parts of the checkpoint not in this architecture (e.g. a VLM's vision tower)."
+    )
+    rope_sets: Literal[1, 2] = Field(
+        default=1, description="Rotary tables per forward: Gemma 3 keeps one for global and one for local layers."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
@@ -85,6 +112,14 @@ class Architecture(FrozenModel):
             raise ValueError(
                 f"num_experts_per_tok ({self.num_experts_per_tok}) cannot exceed num_experts ({self.num_experts})"
             )
+        if self.dense_layers:
+            if not self.num_experts:
+                raise ValueError("dense_layers applies to MoE models only (num_experts > 0)")
+            beyond = [index for index in self.dense_layers if index >= self.num_hidden_layers]
+            if beyond:
+                raise ValueError(
+                    f"dense_layers {beyond} are not layers of a {self.num_hidden_layers}-layer model"
+                )
         return self
 
     @property
@@ -109,11 +144,42 @@ class Architecture(FrozenModel):
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
-    @property
-    def eager_softmax_in_fp32(self) -> bool:
-        """transformers' shared ``eager_attention_forward`` (the Llama family) asks for an fp32
-        softmax; GPT-2's own and Megatron-style blocks keep the scores' dtype."""
-        return self.model_type in LLAMA_FAMILY
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """The distinct layers of the model, each a homogeneous Architecture with the layers it describes.
+
+        Most models have one kind. A MoE model with ``dense_layers`` has two: the dense layers (no
+        experts, MLP width ``dense_intermediate_size``) and the sparse ones.
+        """
+        if not self.dense_layers:
+            return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
+        dense = frozenset(self.dense_layers)
+        sparse_indices = tuple(i for i in range(self.num_hidden_layers) if i not in dense)
+        dense_arch = self.model_copy(
+            update={
+                "num_experts": 0,
+                "num_experts_per_tok": 1,
+                "shared_expert_intermediate_size": 0,
+                "shared_expert_gate": False,
+                "intermediate_size": self.dense_intermediate_size or self.intermediate_size,
+                "dense_layers": (),
+                "dense_intermediate_size": None,
+            }
+        )
+        kinds = [LayerKind(dense_arch, tuple(sorted(dense)))]
+        if sparse_indices:
+            kinds.append(LayerKind(self.model_copy(update={"dense_layers": ()}), sparse_indices))
+        return tuple(kinds)
+
+    def kind_of_layer(self, index: int) -> int:
+        """The position in :meth:`layer_kinds` of the kind that layer ``index`` belongs to."""
+        for position, kind in enumerate(self.layer_kinds()):
+            if index in kind.indices:
+                return position
+        raise IndexError(index)
 
 
-LLAMA_FAMILY = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma2", "phi3")
+class LayerKind(NamedTuple):
+    """One kind of decoder layer: its homogeneous architecture and the layers of the model that have it."""
+
+    architecture: Architecture
+    indices: tuple[int, ...]

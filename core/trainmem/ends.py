@@ -15,6 +15,12 @@ from .layers import LayerKernels, LayerProgram, LayerShape, Trace, Trainability,
 from .tape import Sym, Tape
 
 
+def _program(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability, tape: Tape) -> LayerProgram:
+    from .models import family_for
+
+    return family_for(arch).program()(arch, shape, kernels, trainability, tape)
+
+
 def trace_embedding(
     arch: Architecture,
     shape: LayerShape,
@@ -28,18 +34,21 @@ def trace_embedding(
     The embedding output stays referenced by the model's forward (``inputs_embeds``) until the
     forward returns; the caller keeps it alive through the forward.
     """
+    from .models import family_for
+
+    names = family_for(arch).names
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     tokens, h = shape.stream_tokens, shape.hidden
     weight = Sym(
         arch.vocab_size * h,
         kernels.weight_dtype,
-        trainability.trains("embed_tokens"),
+        trainability.trains(names.embed_tokens),
         "external" if token_grad_exists else "parameter",
     )
     out = tape.new(tokens * h, kernels.weight_dtype, weight.requires_grad)
     tape.record("embedding", [Sym(tokens, "int64", False, "external")], [weight], [out])  # saves input_ids itself
     if arch.position_embedding == "learned":
-        positions = Sym(arch.max_position_embeddings * h, kernels.weight_dtype, trainability.trains("wpe"), "parameter")
+        positions = Sym(arch.max_position_embeddings * h, kernels.weight_dtype, trainability.trains(names.embed_positions), "parameter")
         position_out = tape.new(shape.seq * h, kernels.weight_dtype, positions.requires_grad)
         tape.record("embedding", [Sym(shape.seq, "int64", False)], [positions], [position_out])
         out = tape.add(out, position_out)  # inputs_embeds and position_embeds stay referenced
@@ -63,10 +72,10 @@ def trace_loss_head(
 ) -> Trace:
     """Final norm, ``lm_head``, optional logit soft-capping, ``logits.float()`` and cross-entropy."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = LayerProgram(arch, shape, kernels, trainability, tape)
+    program = _program(arch, shape, kernels, trainability, tape)
     tokens, h = shape.stream_tokens, shape.hidden
     x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm("ln_f" if arch.model_type == "gpt2" else "norm", x, tokens, h)
+    normed = program.norm(program.names.final_norm, x, tokens, h)
     tape.release(x)
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
     logits = tape.linear(normed, weight, vocab_per_rank)
@@ -99,10 +108,10 @@ def trace_chunked_loss_head(
     full logits tensor ever exists. What it saves for backward is those two gradients.
     """
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = LayerProgram(arch, shape, kernels, trainability, tape)
+    program = _program(arch, shape, kernels, trainability, tape)
     tokens, h = shape.stream_tokens, shape.hidden
     x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm("ln_f" if arch.model_type == "gpt2" else "norm", x, tokens, h)
+    normed = program.norm(program.names.final_norm, x, tokens, h)
     tape.release(x)
     head_trains = _head_trains(arch, trainability)
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, head_trains, "parameter")
@@ -122,7 +131,10 @@ def trace_chunked_loss_head(
 
 
 def _head_trains(arch: Architecture, trainability: Trainability) -> bool:
-    return trainability.trains("embed_tokens" if arch.tie_word_embeddings else "lm_head")
+    from .models import family_for
+
+    names = family_for(arch).names
+    return trainability.trains(names.embed_tokens if arch.tie_word_embeddings else names.lm_head)
 
 
 def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool) -> Trace:

@@ -30,8 +30,6 @@ from .tape import Sym, Tape
 
 AttentionKernel = str  # "fused" (flash / memory-efficient SDPA), "eager", "math" (SDPA's math fallback)
 
-ROPE_WITH_CAT = ("phi3",)
-"""Families whose RoPE ends with ``torch.cat([rotated, passed_through], dim=-1)`` (partial rotary)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,11 @@ class LayerProgram:
     def __init__(
         self, arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability, tape: Tape
     ):
+        from .models import family_for  # models subclass LayerProgram: imported here, not at module level
+
         self.arch = arch
+        self.family = family_for(arch)
+        self.names = self.family.names
         self.shape = shape
         self.kernels = kernels
         self.trainability = trainability
@@ -113,9 +115,7 @@ class LayerProgram:
             weight = self.parameter(module, width)
             bias = self.parameter(module, width)
             return self.tape.layer_norm(x, rows, weight, bias)
-        if self.arch.model_type == "gemma2":
-            return self._gemma_rmsnorm(module, x, rows, width)
-        return self._llama_rmsnorm(module, x, rows, width)
+        return self.rms_norm(module, x, rows, width)
 
     def _normalize_in_fp32(self, x: Sym, rows: int) -> Sym:
         """``x32 = x.float(); x32 * rsqrt(x32.pow(2).mean(-1) + eps)``: pow saves x32, rsqrt its result,
@@ -135,7 +135,7 @@ class LayerProgram:
             tape.release(x32)
         return normalized
 
-    def _llama_rmsnorm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
+    def rms_norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
         """LlamaRMSNorm.forward: ``weight * normalized.to(input_dtype)``."""
         tape = self.tape
         normalized = self._normalize_in_fp32(x, rows)
@@ -144,19 +144,6 @@ class LayerProgram:
             tape.release(normalized)
         out = tape.mul(self.parameter(module, width), cast)
         tape.release(cast)
-        return out
-
-    def _gemma_rmsnorm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
-        """Gemma2RMSNorm.forward: ``(normalized * (1 + weight.float())).type_as(x)``."""
-        tape = self.tape
-        normalized = self._normalize_in_fp32(x, rows)
-        weight = tape.to(self.parameter(module, width), "fp32")
-        one_plus = tape.scale(weight)
-        scaled = tape.mul(normalized, one_plus)
-        tape.release(normalized, one_plus)
-        out = tape.to(scaled, x.dtype)
-        if out is not scaled:
-            tape.release(scaled)
         return out
 
     # ------------------------------------------------------------------ linear layers
@@ -230,21 +217,25 @@ class LayerProgram:
         tokens, d = shape.tokens, shape.head_dim
         q_width, kv_width = shape.heads * d, shape.kv_heads * d
         x_tp = self._gather_sequence(x)
-        if arch.model_type == "gpt2" or arch.fused_qkv:
-            module = "attn.c_attn" if arch.model_type == "gpt2" else "self_attn.qkv_proj"
-            qkv = self.linear(module, x_tp, shape.hidden, q_width + 2 * kv_width, arch.attention_qkv_bias, x)
+        names = self.names
+        if arch.fused_qkv:
+            qkv = self.linear(names.qkv_proj, x_tp, shape.hidden, q_width + 2 * kv_width, arch.attention_qkv_bias, x)
             q, k, v = tape.split(qkv, [tokens * q_width, tokens * kv_width, tokens * kv_width])
             produced = [qkv]
         else:
-            q = self.linear("self_attn.q_proj", x_tp, shape.hidden, q_width, arch.attention_qkv_bias, x)
-            k = self.linear("self_attn.k_proj", x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, x)
-            v = self.linear("self_attn.v_proj", x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, x)
+            q = self.linear(names.q_proj, x_tp, shape.hidden, q_width, arch.attention_qkv_bias, x)
+            k = self.linear(names.k_proj, x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, x)
+            v = self.linear(names.v_proj, x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, x)
             produced = [q, k]
         if x_tp is not x:
             tape.release(x_tp)
         if arch.qk_norm:
-            q_normed = self.norm("self_attn.q_norm", q, tokens * shape.heads, d)
-            k_normed = self.norm("self_attn.k_norm", k, tokens * shape.kv_heads, d)
+            if arch.qk_norm_over == "projection":  # OLMo 2: RMSNorm over the whole q and k projections
+                q_normed = self.norm(names.q_norm, q, tokens, q_width)
+                k_normed = self.norm(names.k_norm, k, tokens, kv_width)
+            else:
+                q_normed = self.norm(names.q_norm, q, tokens * shape.heads, d)
+                k_normed = self.norm(names.k_norm, k, tokens * shape.kv_heads, d)
             tape.release(q, k)
             q, k = q_normed, k_normed
             produced = [q, k]
@@ -253,7 +244,7 @@ class LayerProgram:
             q_rot, k_rot = self._rope(q), self._rope(k)
             tape.release(*produced)
             q, k = q_rot, k_rot
-            if arch.model_type in ROPE_WITH_CAT:
+            if self.family.rope_concatenates:
                 # torch.cat([rotated, passed-through], dim=-1): new tensors laid out (b, heads, s, d)
                 q, k = tape.copy(q_rot), tape.copy(k_rot)
                 tape.release(q_rot, k_rot)
@@ -268,8 +259,7 @@ class LayerProgram:
         else:
             out = self._attention_core(q, k, v)
         tape.release(q, k, v)
-        module = "attn.c_proj" if arch.model_type == "gpt2" else "self_attn.o_proj"
-        projected = self.linear(module, out, q_width, shape.hidden, arch.attention_output_bias)
+        projected = self.linear(names.o_proj, out, q_width, shape.hidden, arch.attention_output_bias)
         tape.release(out)
         return self._scatter_sequence(projected)
 
@@ -319,7 +309,7 @@ class LayerProgram:
             tape.release(divided)
             scaled = tape.scale(capped)
             tape.release(capped)
-        if arch.eager_softmax_in_fp32:
+        if self.family.eager_softmax_in_fp32:
             masked = tape.scale(scaled)  # + the 4-D causal mask (a new tensor; add saves nothing)
             tape.release(scaled)
             probs = tape.unary_saving_result("softmax", masked, dtype="fp32")
@@ -405,19 +395,16 @@ class LayerProgram:
         if self.arch.is_moe:
             return self._moe(x)
         x_tp = self._gather_sequence(x)
-        out = self._dense_mlp("mlp", x_tp, self.shape.intermediate, saved_input=x)
+        out = self._dense_mlp(self.names.mlp, x_tp, self.shape.intermediate, saved_input=x)
         if x_tp is not x:
             self.tape.release(x_tp)
         return self._scatter_sequence(out)
 
     def _dense_mlp(self, prefix: str, x: Sym, width: int, saved_input: Optional[Sym] = None) -> Sym:
         arch, tape, h = self.arch, self.tape, self.shape.hidden
-        if arch.model_type == "gpt2" or arch.mlp == "plain":
-            fc1, fc2 = (
-                (f"{prefix}.c_fc", f"{prefix}.c_proj")
-                if arch.model_type == "gpt2"
-                else (f"{prefix}.fc1", f"{prefix}.fc2")
-            )
+        names = self.names
+        if arch.mlp == "plain":
+            fc1, fc2 = f"{prefix}.{names.fc1}", f"{prefix}.{names.fc2}"
             hidden = self.linear(fc1, x, h, width, arch.mlp_bias, saved_input)
             activated = self._activation(hidden)
             tape.release(hidden)
@@ -425,15 +412,15 @@ class LayerProgram:
             tape.release(activated)
             return out
         if arch.fused_gate_up:
-            gate_up = self.linear(f"{prefix}.gate_up_proj", x, h, 2 * width, arch.mlp_bias, saved_input)
+            gate_up = self.linear(f"{prefix}.{names.gate_up_proj}", x, h, 2 * width, arch.mlp_bias, saved_input)
             gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
         else:
-            gate = self.linear(f"{prefix}.gate_proj", x, h, width, arch.mlp_bias, saved_input)
-            up = self.linear(f"{prefix}.up_proj", x, h, width, arch.mlp_bias, saved_input)
+            gate = self.linear(f"{prefix}.{names.gate_proj}", x, h, width, arch.mlp_bias, saved_input)
+            up = self.linear(f"{prefix}.{names.up_proj}", x, h, width, arch.mlp_bias, saved_input)
         activated = self._activation(gate)
         product = tape.mul(activated, up)
         tape.release(gate, up, activated)
-        out = self.linear(f"{prefix}.down_proj", product, width, h, arch.mlp_bias)
+        out = self.linear(f"{prefix}.{names.down_proj}", product, width, h, arch.mlp_bias)
         tape.release(product)
         return out
 
@@ -470,7 +457,8 @@ class LayerProgram:
         arch, shape, tape = self.arch, self.shape, self.tape
         h, experts = shape.hidden, shape.local_experts or arch.num_experts
         routed_rows = shape.stream_tokens * shape.experts_per_token
-        router = Sym(arch.num_experts * h, self.kernels.weight_dtype, self.trainability.trains("mlp.gate"), "parameter")
+        names = self.names
+        router = Sym(arch.num_experts * h, self.kernels.weight_dtype, self.trainability.trains(names.router), "parameter")
         logits = tape.linear(x, router, arch.num_experts)
         logits32 = tape.to(logits, "fp32")
         probs = tape.unary_saving_result("softmax", logits32)
@@ -482,7 +470,7 @@ class LayerProgram:
         gathered = tape.gather(x, routed_rows * h, routed_rows)  # hidden_states[perm // k]
         weights = tape.gather(normalized, routed_rows, routed_rows)  # sample_weights[perm]
         tape.release(normalized)
-        trains = self.trainability.trains("mlp.experts")
+        trains = self.trainability.trains(names.experts)
         gate_up_weight = Sym(experts * 2 * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
         down_weight = Sym(experts * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
         gate_up = tape.linear(gathered, gate_up_weight, 2 * shape.intermediate, in_features=h, op="grouped_mm")
@@ -504,9 +492,9 @@ class LayerProgram:
             tape.release(out)
         out = cast
         if shape.shared_intermediate:
-            shared = self._dense_mlp("mlp.shared_expert", x, shape.shared_intermediate)
+            shared = self._dense_mlp(names.shared_expert, x, shape.shared_intermediate)
             if arch.shared_expert_gate:
-                gate_logit = self.linear("mlp.shared_expert_gate", x, h, 1, False)
+                gate_logit = self.linear(names.shared_expert_gate, x, h, 1, False)
                 sigmoid = tape.unary_saving_result("sigmoid", gate_logit)
                 tape.release(gate_logit)
                 gated = tape.mul(sigmoid, shared)
@@ -537,30 +525,42 @@ class LayerProgram:
 
     # ------------------------------------------------------------------ the layer
     def layer(self, x: Sym) -> Sym:
-        """``DecoderLayer.forward``: pre-norm attention and MLP sub-blocks with residuals."""
-        arch, shape, tape = self.arch, self.shape, self.tape
+        """``DecoderLayer.forward``: attention and MLP sub-blocks with residuals, normed before
+        (Llama), around (Gemma's four norms) or after (OLMo 2) each sub-block."""
+        arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
         rows, h = shape.stream_tokens, shape.hidden
-        first, second = (
-            ("ln_1", "ln_2") if arch.model_type == "gpt2" else ("input_layernorm", "post_attention_layernorm")
-        )
-        normed = self.norm(first, x, rows, h)
-        attended = self.attention(normed)
-        tape.release(normed)
-        if arch.norms_per_layer == 4:
-            post = self.norm("post_attention_layernorm", attended, rows, h)
+        post_only = arch.norm_position == "post"
+        sandwich = arch.norms_per_layer == 4 and not post_only
+        if post_only:
+            attended = self.attention(x)
+            normed_out = self.norm(names.post_attention_norm, attended, rows, h)
             tape.release(attended)
-            attended = post
-            second = "pre_feedforward_layernorm"
+            attended = normed_out
+        else:
+            normed = self.norm(names.input_norm, x, rows, h)
+            attended = self.attention(normed)
+            tape.release(normed)
+            if sandwich:
+                post = self.norm(names.post_attention_norm, attended, rows, h)
+                tape.release(attended)
+                attended = post
         attended = self._residual_dropout(attended)
         hidden = tape.add(x, attended)
         tape.release(attended)
-        normed = self.norm(second, hidden, rows, h)
-        mixed = self.mlp(normed)
-        tape.release(normed)
-        if arch.norms_per_layer == 4:
-            post = self.norm("post_feedforward_layernorm", mixed, rows, h)
+        if post_only:
+            mixed = self.mlp(hidden)
+            post = self.norm(names.post_feedforward_norm, mixed, rows, h)
             tape.release(mixed)
             mixed = post
+        else:
+            second = names.pre_feedforward_norm if sandwich else names.post_attention_norm
+            normed = self.norm(second, hidden, rows, h)
+            mixed = self.mlp(normed)
+            tape.release(normed)
+            if sandwich:
+                post = self.norm(names.post_feedforward_norm, mixed, rows, h)
+                tape.release(mixed)
+                mixed = post
         mixed = self._residual_dropout(mixed)
         out = tape.add(hidden, mixed)
         tape.release(hidden, mixed)
@@ -647,7 +647,9 @@ def trace_layer(
     """Replay one decoder layer forward and backward."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_requires_grad)
-    out = LayerProgram(arch, shape, kernels, trainability, tape).layer(x)
+    from .models import family_for
+
+    out = family_for(arch).program()(arch, shape, kernels, trainability, tape).layer(x)
     forward_peak = tape.peak_live_bytes - x.nbytes
     input_saved = x.storage in tape.saved_storages
     tape.release(x)

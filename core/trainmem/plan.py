@@ -25,68 +25,13 @@ from typing import Optional
 from .allocator import rounded
 from .architecture import Architecture
 from .catalogs import OptimizerKind, optimizers
-from .inventory import ModelInventory, ParameterTensor, build_inventory
+from .inventory import LayerGroup, ModelInventory, ParameterTensor, build_inventory
+from .lora_targets import COLUMN_PARALLEL, ROW_PARALLEL, LoraTargets, resolve_lora_targets
+from .models import DecoderFamily, family_for
 from .precision import PrecisionPlan, resolve_precision
 from .quantization import quantized_weight_bytes
-from .setup import LINEAR_TARGET_ALL, Setup, _parse_layer_range
+from .setup import Setup, _parse_layer_range
 from .tape import DTYPE_BYTES
-
-COLUMN_PARALLEL = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "qkv_proj",
-    "c_attn",
-    "gate_proj",
-    "up_proj",
-    "gate_up_proj",
-    "c_fc",
-    "fc1",
-)
-"""Linear layers whose output features tensor parallelism splits (Megatron's ColumnParallelLinear)."""
-ROW_PARALLEL = ("o_proj", "c_proj", "down_proj", "fc2")
-"""Linear layers whose input features tensor parallelism splits (RowParallelLinear)."""
-
-
-MODULE_PATHS = (
-    "input_layernorm",
-    "post_attention_layernorm",
-    "pre_feedforward_layernorm",
-    "post_feedforward_layernorm",
-    "ln_1",
-    "ln_2",
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.qkv_proj",
-    "self_attn.o_proj",
-    "self_attn.q_norm",
-    "self_attn.k_norm",
-    "attn.c_attn",
-    "attn.c_proj",
-    "mlp.c_fc",
-    "mlp.c_proj",
-    "mlp.fc1",
-    "mlp.fc2",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.gate_up_proj",
-    "mlp.down_proj",
-    "mlp.gate",
-    "mlp.experts",
-    "mlp.shared_expert.gate_proj",
-    "mlp.shared_expert.up_proj",
-    "mlp.shared_expert.down_proj",
-    "mlp.shared_expert_gate",
-    "norm",
-    "ln_f",
-    "embed_tokens",
-    "wte",
-    "wpe",
-    "lm_head",
-)
-"""Every module path the layer and head programs ask about (for a hashable summary of trainability)."""
-
 
 @dataclass(frozen=True)
 class Slice:
@@ -99,6 +44,8 @@ class Slice:
     quantized: bool
     layer_scope: bool
     """True for tensors inside decoder layers (gathered layer by layer under ZeRO-3/FSDP)."""
+    kind: int = -1
+    """For layer tensors, the position of their layer kind in ``inventory.layer_groups``."""
 
     @property
     def total_numel(self) -> int:
@@ -125,6 +72,14 @@ class Stage:
     in_flight_micro_batches: int
     """Micro-batches whose activations a rank of this stage holds at once (1F1B schedule)."""
 
+    @property
+    def first_layer(self) -> int:
+        return self.index * self.num_layers
+
+    @property
+    def stop_layer(self) -> int:
+        return self.first_layer + self.num_layers
+
 
 class Plan:
     """Everything about one setup that the step simulation reads."""
@@ -134,6 +89,7 @@ class Plan:
         self.parallel = setup.parallelism
         self.architecture: Optional[Architecture] = setup.architecture()
         self.inventory: Optional[ModelInventory] = build_inventory(self.architecture) if self.architecture else None
+        self.family: Optional[DecoderFamily] = family_for(self.architecture) if self.architecture else None
         self.precision: PrecisionPlan = resolve_precision(setup)
         self.optimizer: OptimizerKind = optimizers()[setup.optimizer.name]
         self.device = setup.runtime.device
@@ -190,25 +146,23 @@ class Plan:
         return stages
 
     # ------------------------------------------------------------------ which tensors train
-    def _matches_lora_target(self, module: str) -> bool:
-        targets = self.finetuning.lora.targets_for(self.architecture.model_type if self.architecture else "")
-        if targets == LINEAR_TARGET_ALL:
-            return True
-        return any(module == target or module.endswith("." + target) for target in targets)
-
     @cached_property
-    def _adapted_modules(self) -> frozenset[str]:
+    def lora_targets(self) -> Optional[LoraTargets]:
+        """What PEFT adapts (None without LoRA): linear modules, and the router and fused experts of MoE
+        families whose v4 target names PEFT converts (``trainmem.lora_targets``)."""
         if not self.lora or self.inventory is None:
-            return frozenset()
-        return frozenset(t.module for t in self.inventory.linear_modules() if self._matches_lora_target(t.module))
+            return None
+        return resolve_lora_targets(self.finetuning.lora, self.family, self.inventory)
 
     def has_adapter(self, module: str) -> bool:
-        return module in self._adapted_modules
+        targets = self.lora_targets
+        return targets is not None and module in targets.modules
 
     @cached_property
     def trainability_key(self) -> tuple:
         """Which module paths train or carry adapters: a hashable key for caching layer traces."""
-        return tuple((self.module_trains(m), self.has_adapter(m)) for m in MODULE_PATHS)
+        paths = self.family.names.module_paths() if self.family else ()
+        return tuple((self.module_trains(m), self.has_adapter(m)) for m in paths)
 
     @cached_property
     def _frozen_groups(self) -> tuple[set[str], set[int]]:
@@ -246,13 +200,17 @@ class Plan:
         if self.lora or self.inventory is None:
             return False
         groups, _ = self._frozen_groups
-        if module in ("embed_tokens", "wte", "wpe"):
+        names = self.family.names
+        if module in (names.embed_tokens, names.embed_positions):
             return "embeddings" not in groups
-        if module == "lm_head":
+        if module == names.lm_head:
             return "lm_head" not in groups
-        if module in ("norm", "ln_f") or "norm" in module.rsplit(".", 1)[-1] or module.startswith("ln_"):
+        norms = (names.final_norm, names.input_norm, names.post_attention_norm, names.pre_feedforward_norm,
+                 names.post_feedforward_norm, names.q_norm, names.k_norm)
+        if module in norms:
             return "norms" not in groups
-        if module.startswith(("self_attn", "attn")):
+        attention_prefix = names.o_proj.rsplit(".", 1)[0]
+        if module.startswith(attention_prefix + "."):
             return "attention" not in groups
         return "mlp" not in groups
 
@@ -275,6 +233,30 @@ class Plan:
             return numel // tp
         return numel
 
+    def stage_layer_groups(self, stage: Stage) -> list[tuple[int, LayerGroup, int]]:
+        """The layer kinds on a rank of ``stage``: (position in ``layer_groups``, group, layers of the stage)."""
+        if self.inventory is None:
+            return []
+        counts = [
+            (position, group, group.count_in(stage.first_layer, stage.stop_layer))
+            for position, group in enumerate(self.inventory.layer_groups)
+        ]
+        return [item for item in counts if item[2]]
+
+    def stage_layer_runs(self, stage: Stage) -> list[tuple[int, int, int]]:
+        """The stage's layers in order as runs of one kind: (first layer, layers in the run, kind position)."""
+        if self.inventory is None or stage.num_layers == 0:
+            return []
+        kind_of = {index: position for position, group in enumerate(self.inventory.layer_groups) for index in group.indices}
+        runs: list[list[int]] = []
+        for index in range(stage.first_layer, stage.stop_layer):
+            kind = kind_of[index]
+            if runs and runs[-1][2] == kind:
+                runs[-1][1] += 1
+            else:
+                runs.append([index, 1, kind])
+        return [tuple(run) for run in runs]  # type: ignore[misc]
+
     def slices(self, stage: Stage) -> list[Slice]:
         """Base-model tensors on one rank of ``stage``."""
         inventory = self.inventory
@@ -285,40 +267,35 @@ class Plan:
         if stage.has_embedding or (stage.has_head and inventory.tied_embeddings and len(self.stages) > 1):
             for tensor in inventory.embedding:
                 out.append(Slice(tensor, self._tp_numel(tensor), 1, self.tensor_trains(tensor), False, False))
-        first_layer = stage.index * stage.num_layers
         frozen = self._frozen_groups[1]
-        frozen_layers = sum(1 for i in frozen if first_layer <= i < first_layer + stage.num_layers)
-        for tensor in inventory.layer:
-            # bitsandbytes quantises the linear layers of the frozen base; stacked expert weights are
-            # counted as quantised too, as a QLoRA run on an MoE model quantises its experts.
-            quantized = quantize and (tensor.linear_features is not None or tensor.group == "experts")
-            trainable_count = stage.num_layers - frozen_layers if self.tensor_trains(tensor) else 0
-            numel = self._tp_numel(tensor)
-            if trainable_count:
-                out.append(Slice(tensor, numel, trainable_count, True, quantized, True))
-            if stage.num_layers - trainable_count:
-                out.append(Slice(tensor, numel, stage.num_layers - trainable_count, False, quantized, True))
+        for kind, group, count in self.stage_layer_groups(stage):
+            frozen_layers = sum(1 for i in group.indices if i in frozen and stage.first_layer <= i < stage.stop_layer)
+            for tensor in group.tensors:
+                # bitsandbytes quantises the nn.Linear modules of the frozen base (family rule); fused 3-D
+                # experts and custom router modules keep the load dtype.
+                quantized = quantize and self.family.quantized_by_bitsandbytes(tensor)
+                trainable_count = count - frozen_layers if self.tensor_trains(tensor) else 0
+                numel = self._tp_numel(tensor)
+                if trainable_count:
+                    out.append(Slice(tensor, numel, trainable_count, True, quantized, True, kind))
+                if count - trainable_count:
+                    out.append(Slice(tensor, numel, count - trainable_count, False, quantized, True, kind))
         if stage.has_head:
             for tensor in inventory.head:
                 out.append(Slice(tensor, self._tp_numel(tensor), 1, self.tensor_trains(tensor), False, False))
         return out
 
-    def adapter_slices(self, stage: Stage) -> list[tuple[str, int, int]]:
-        """LoRA adapters on one rank: (module, elements of A and B per layer, layers)."""
-        if not self.lora or self.inventory is None:
+    def adapter_slices(self, stage: Stage) -> list[tuple[str, int, int, int]]:
+        """LoRA adapters on one rank: (module, elements of A and B per layer, layers, kind position)."""
+        targets = self.lora_targets
+        if targets is None:
             return []
-        rank = self.finetuning.lora.r
-        tp = self.parallel.tensor_parallel_size
+        tp, ep = self.parallel.tensor_parallel_size, self.parallel.expert_parallel_size
         adapters = []
-        for tensor in self.inventory.linear_modules():
-            if self._matches_lora_target(tensor.module):
-                in_features, out_features = tensor.linear_features
-                module = tensor.module.rsplit(".", 1)[-1]
-                if module in COLUMN_PARALLEL:
-                    out_features //= tp
-                elif module in ROW_PARALLEL:
-                    in_features //= tp
-                adapters.append((tensor.module, rank * (in_features + out_features), stage.num_layers))
+        for kind, group, count in self.stage_layer_groups(stage):
+            for adapter in targets.adapters_of(group):
+                numel = adapter.numel_per_layer(tp, ep)
+                adapters.append((adapter.module, numel, count, kind))
         return adapters
 
     # ------------------------------------------------------------------ counts
@@ -331,14 +308,10 @@ class Plan:
 
     @cached_property
     def num_adapter_parameters(self) -> int:
-        if not self.lora or self.inventory is None:
+        targets = self.lora_targets
+        if targets is None:
             return 0
-        rank = self.finetuning.lora.r
-        return sum(
-            rank * sum(t.linear_features) * self.inventory.num_layers
-            for t in self.inventory.linear_modules()
-            if self._matches_lora_target(t.module)
-        )
+        return sum(adapter.numel_per_layer(1, 1) * group.count for group in self.inventory.layer_groups for adapter in targets.adapters_of(group))
 
     @cached_property
     def num_trainable_parameters(self) -> int:
@@ -347,10 +320,11 @@ class Plan:
         if self.lora:
             return self.num_adapter_parameters
         inventory = self.inventory
-        trainable_layers = sum(1 for i in range(inventory.num_layers) if self.layer_trains(i))
         count = sum(t.numel for t in inventory.embedding if self.tensor_trains(t))
         count += sum(t.numel for t in inventory.head if self.tensor_trains(t))
-        count += trainable_layers * sum(t.numel for t in inventory.layer if self.tensor_trains(t))
+        for group in inventory.layer_groups:
+            trainable_layers = sum(1 for i in group.indices if self.layer_trains(i))
+            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t))
         return count
 
     # ------------------------------------------------------------------ bytes of model states

@@ -269,15 +269,6 @@ class Parallelism(FrozenModel):
 LINEAR_TARGET_ALL = "all-linear"
 
 
-DEFAULT_LORA_TARGETS = {
-    "gpt2": ["c_attn"],
-    "phi3": ["qkv_proj"],
-}
-"""PEFT's default target_modules by model_type (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING):
-["q_proj", "v_proj"] for the Llama family and the entries above; PEFT has none for phi3, where
-trainmem adapts the fused attention projection."""
-
-
 class LoRAConfig(FrozenModel):
     """PEFT LoraConfig fields that change memory."""
 
@@ -285,7 +276,8 @@ class LoRAConfig(FrozenModel):
     target_modules: Optional[Union[list[str], Literal["all-linear"]]] = Field(
         default=None,
         description="Module names (matched by suffix, as PEFT does) or 'all-linear'. "
-        "Default: PEFT's default for the model type (q_proj and v_proj for Llama-style models).",
+        "Default: PEFT's default for the model type (q_proj and v_proj for Llama-style models; PEFT has none "
+        "for some families, which then need target_modules).",
     )
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on each adapter's input.")
 
@@ -295,12 +287,6 @@ class LoRAConfig(FrozenModel):
         if isinstance(value, list) and not value:
             raise ValueError("target_modules must name at least one module, or be 'all-linear'")
         return value
-
-    def targets_for(self, model_type: str) -> Union[list[str], str]:
-        """The target modules, with PEFT's default for ``model_type`` when none were given."""
-        if self.target_modules is not None:
-            return self.target_modules
-        return DEFAULT_LORA_TARGETS.get(model_type, ["q_proj", "v_proj"])
 
 
 class QuantizationConfig(FrozenModel):
@@ -482,19 +468,14 @@ class Setup(FrozenModel):
         return self
 
     def _check_lora_targets(self, architecture: Architecture) -> None:
-        """PEFT refuses a LoraConfig whose target_modules match no module of the model."""
-        targets = self.finetuning.lora.targets_for(architecture.model_type)
-        if self.finetuning.method == "full" or targets == LINEAR_TARGET_ALL:
+        """PEFT refuses a LoraConfig whose target_modules match nothing, or that has no default targets."""
+        if self.finetuning.method == "full":
             return
         from .inventory import build_inventory
+        from .lora_targets import resolve_lora_targets
+        from .models import family_for
 
-        modules = [t.module for t in build_inventory(architecture).linear_modules()]
-        if not any(m == target or m.endswith("." + target) for m in modules for target in targets):
-            names = sorted({m.rsplit(".", 1)[-1] for m in modules})
-            raise FieldError(
-                "finetuning.lora.target_modules",
-                f"{targets} match no linear module of this model; allowed: {', '.join(names)}, or 'all-linear'",
-            )
+        resolve_lora_targets(self.finetuning.lora, family_for(architecture), build_inventory(architecture))
 
     def pipeline_and_accumulation_mismatch(self) -> bool:
         return 1 < self.parallelism.pipeline_parallel_size > self.gradient_accumulation_steps

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .allocator import rounded
+from .architecture import Architecture
 from .ends import trace_chunked_loss_head, trace_embedding, trace_loss_head
 from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
@@ -76,8 +77,10 @@ def attention_kernel(plan: Plan) -> str:
     return "fused"
 
 
-def _shape(plan: Plan) -> LayerShape:
-    arch, parallel, setup = plan.architecture, plan.parallel, plan.setup
+def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
+    """Per-rank sizes of a layer (of ``kind``, one of the architecture's layer kinds)."""
+    parallel, setup = plan.parallel, plan.setup
+    arch = kind or plan.architecture
     assert arch is not None
     tp, cp = parallel.tensor_parallel_size, parallel.context_parallel_size
     seq = setup.sequence_length // cp
@@ -118,40 +121,68 @@ def _kernels(plan: Plan, selective: bool) -> LayerKernels:
 
 
 @dataclass(frozen=True)
+class _LayerTraces:
+    """The replayed layers of one layer kind."""
+
+    layer: Trace
+    """A layer whose input requires grad."""
+    first_layer: Trace
+    """The stage's first layer, whose input may not require grad (a frozen embedding)."""
+    no_grad_layer: Optional[Trace]
+    """Full checkpointing: the forward under no_grad."""
+
+
+@dataclass(frozen=True)
 class _Traces:
     """The replayed pieces one rank kind needs, for the first and the later micro-batches."""
 
-    layer: Trace
-    first_layer: Trace
-    no_grad_layer: Optional[Trace]
+    kinds: dict[int, _LayerTraces]
+    """By position in ``inventory.layer_groups``: the kinds this stage holds."""
+    runs: list[tuple[int, int, int]]
+    """The stage's layers in order: (first layer, layers, kind position)."""
     embedding: Optional[Trace]
     head: Optional[Trace]
+
+    def first_run_trace(self) -> Optional[_LayerTraces]:
+        return self.kinds[self.runs[0][2]] if self.runs else None
 
 
 def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     arch = plan.architecture
-    assert arch is not None
+    assert arch is not None and plan.inventory is not None
     checkpointing = plan.setup.activation_checkpointing
     shape = _shape(plan)
     kernels = _kernels(plan, selective=checkpointing == "selective")
     trainability = Trainability(plan.module_trains, plan.has_adapter)
     key = (arch, shape, kernels, plan.trainability_key, grads_exist)
-    embedding_trains = plan.module_trains("wte" if arch.model_type == "gpt2" else "embed_tokens")
-    layer = _cached(("layer", key, True), lambda: trace_layer(arch, shape, kernels, trainability, True, grads_exist))
+    embedding_trains = plan.module_trains(plan.family.names.embed_tokens)
     # HF gradient checkpointing with a frozen embedding calls enable_input_require_grads().
     first_input_grad = embedding_trains or checkpointing == "full" or not stage.has_embedding
-    first = (
-        layer
-        if first_input_grad
-        else _cached(("layer", key, False), lambda: trace_layer(arch, shape, kernels, trainability, False, grads_exist))
-    )
-    no_grad = None
-    if checkpointing == "full":
-        frozen = Trainability(lambda module: False, lambda module: False)
-        plain = replace(kernels, lora_rank=0)
-        no_grad = _cached(
-            ("no_grad", arch, shape, plain), lambda: trace_layer(arch, shape, plain, frozen, False, False)
+    runs = plan.stage_layer_runs(stage)
+    first_kind = runs[0][2] if runs else None
+    kinds: dict[int, _LayerTraces] = {}
+    for position, group, _ in plan.stage_layer_groups(stage):
+        kind_arch, kind_shape = group.architecture, _shape(plan, group.architecture)
+        kind_key = (kind_arch, kind_shape, kernels, plan.trainability_key, grads_exist)
+        layer = _cached(
+            ("layer", kind_key, True),
+            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, True, grads_exist),
         )
+        first = layer
+        if position == first_kind and not first_input_grad:
+            first = _cached(
+                ("layer", kind_key, False),
+                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, False, grads_exist),
+            )
+        no_grad = None
+        if checkpointing == "full":
+            frozen = Trainability(lambda module: False, lambda module: False)
+            plain = replace(kernels, lora_rank=0)
+            no_grad = _cached(
+                ("no_grad", kind_arch, kind_shape, plain),
+                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, plain, frozen, False, False),
+            )
+        kinds[position] = _LayerTraces(layer, first, no_grad)
     embedding = None
     if stage.has_embedding:
         # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
@@ -172,7 +203,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             head = _cached(
                 ("head", key, vocab), lambda: trace_loss_head(arch, shape, kernels, trainability, vocab, grads_exist)
             )
-    return _Traces(layer, first, no_grad, embedding, head)
+    return _Traces(kinds, runs, embedding, head)
 
 
 _TRACE_CACHE: dict[tuple, object] = {}
@@ -201,7 +232,8 @@ class ModelStates:
     weights_detail: str
     adapters: int
     gradients: int
-    gradients_per_layer: int
+    gradients_per_layer: dict[int, int]
+    """By layer kind position: one layer's gradient bytes as stored."""
     gradients_embedding: int
     gradients_head: int
     master_weights: int
@@ -209,8 +241,8 @@ class ModelStates:
     optimizer_detail: str
     step_temporaries: int
     step_detail: str
-    gathered_layer_weights: int
-    """Bytes of one layer's full weights in the compute dtype (what ZeRO-3/FSDP gather)."""
+    gathered_layer_weights: dict[int, int]
+    """By layer kind position: bytes of one layer's full weights in the compute dtype (what ZeRO-3/FSDP gather)."""
     trainable_numel: int
     offloaded_bytes: int
 
@@ -223,25 +255,34 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         return _count_only_states(plan)
     slices = plan.slices(stage)
     adapters = plan.adapter_slices(stage)
-    adapter_numel = sum(per_layer * layers for _, per_layer, layers in adapters)
+    adapter_numel = sum(per_layer * layers for _, per_layer, layers, _ in adapters)
     weights = sum(plan.weight_bytes(s) for s in slices) // sharding.weights
     adapter_bytes = adapter_numel * DTYPE_BYTES[plan.adapter_dtype] // sharding.weights
     trainable = [s for s in slices if s.trainable]
     trainable_numel = sum(s.total_numel for s in trainable) + adapter_numel
-    layers = max(1, stage.num_layers)
-    layer_trainable = sum(s.total_numel for s in trainable if s.layer_scope) + adapter_numel
-    gradients_per_layer = layer_trainable // layers * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes)
+    stored_grad_bytes = DTYPE_BYTES["fp32"] if plan.lora else grad_bytes
+    gradients_per_layer: dict[int, int] = {}
+    gathered_per_layer: dict[int, int] = {}
+    for kind, _, layers in plan.stage_layer_groups(stage):
+        layer_trainable = sum(s.total_numel for s in trainable if s.kind == kind)
+        layer_trainable += sum(per_layer * count for _, per_layer, count, k in adapters if k == kind)
+        gradients_per_layer[kind] = layer_trainable // layers * stored_grad_bytes // sharding.gradients
+        # One layer's tensors, each once (a tensor trainable in some layers and frozen in others has two slices).
+        layer_tensors = {s.tensor.name: s.numel for s in slices if s.kind == kind}
+        gathered = sum(layer_tensors.values()) * compute_bytes
+        gathered += sum(per_layer * DTYPE_BYTES[plan.adapter_dtype] for _, per_layer, _, k in adapters if k == kind)
+        gathered_per_layer[kind] = gathered
     embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
     head_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group != "embeddings")
     tensors = [TrainableTensor(_rank_shape(s), s.count) for s in trainable]
-    tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_ in adapters]
+    tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_, _ in adapters]
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
     states = state_bytes(plan.optimizer, tensors, state_dtype, plan.device) // sharding.optimizer
     scalar = plan.optimizer.scalar_state
     if scalar == "device" or (
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
     ):
-        states += 4 * (sum(s.count for s in trainable) + 2 * sum(layers_ for _, _, layers_ in adapters))
+        states += 4 * (sum(s.count for s in trainable) + 2 * sum(layers_ for _, _, layers_, _ in adapters))
     master = trainable_numel * 4 // sharding.optimizer if precision.master_weights and not plan.lora else 0
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
@@ -256,9 +297,6 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     if parallel.offload_parameters:
         offloaded += weights
         weights = 0
-    gathered = sum(s.numel * compute_bytes for s in slices if s.layer_scope) + sum(
-        per_layer * DTYPE_BYTES[plan.adapter_dtype] for _, per_layer, _ in adapters
-    )
     detail = f"{precision.stored_weight_dtype}"
     if plan.quantized_base:
         quant = plan.finetuning.quantization
@@ -275,7 +313,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         weights_detail=detail,
         adapters=adapter_bytes,
         gradients=trainable_numel * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes) // sharding.gradients,
-        gradients_per_layer=gradients_per_layer // sharding.gradients,
+        gradients_per_layer=gradients_per_layer,
         gradients_embedding=embedding_numel * grad_bytes // sharding.gradients,
         gradients_head=head_numel * grad_bytes // sharding.gradients,
         master_weights=master,
@@ -283,7 +321,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         optimizer_detail=opt_detail,
         step_temporaries=temporaries.bytes,
         step_detail=temporaries.description,
-        gathered_layer_weights=gathered // layers,
+        gathered_layer_weights=gathered_per_layer,
         trainable_numel=trainable_numel,
         offloaded_bytes=offloaded,
     )
@@ -316,7 +354,7 @@ def _count_only_states(plan: Plan) -> ModelStates:
         weights_detail=precision.stored_weight_dtype,
         adapters=0,
         gradients=n * DTYPE_BYTES[precision.gradient_dtype] // sharding.gradients,
-        gradients_per_layer=0,
+        gradients_per_layer={},
         gradients_embedding=0,
         gradients_head=0,
         master_weights=master,
@@ -324,7 +362,7 @@ def _count_only_states(plan: Plan) -> ModelStates:
         optimizer_detail=plan.optimizer.display_name,
         step_temporaries=0,
         step_detail="",
-        gathered_layer_weights=0,
+        gathered_layer_weights={},
         trainable_numel=n,
         offloaded_bytes=offloaded,
     )
@@ -402,25 +440,33 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
 
 
 def _buffer_bytes(plan: Plan) -> int:
-    """Non-parameter tensors of the model: transformers' rotary embedding keeps ``inv_freq`` and
-    ``original_inv_freq`` (head_dim / 2 values each, converted with the model's dtype)."""
+    """Non-parameter tensors of the model, converted with the model's dtype: transformers' rotary
+    embedding keeps ``inv_freq`` and ``original_inv_freq`` (head_dim / 2 values each) per rotary table
+    (Gemma 3 has one per layer type), and Gemma 3's scaled embedding its one-element ``embed_scale``."""
     arch = plan.architecture
-    if arch is None or arch.position_embedding != "rope":
+    if arch is None:
         return 0
-    return 2 * (arch.resolved_head_dim // 2) * DTYPE_BYTES[plan.precision.stored_weight_dtype]
+    element = DTYPE_BYTES[plan.precision.stored_weight_dtype]
+    total = rounded(element, plan.device) if arch.embedding_scale_buffer else 0
+    if arch.position_embedding == "rope":
+        total += arch.rope_sets * 2 * rounded((arch.resolved_head_dim // 2) * element, plan.device)
+    return total
 
 
 def _persistent_small_params(plan: Plan) -> int:
     if plan.inventory is None:
         return 0
     compute = DTYPE_BYTES[plan.precision.compute_weight_dtype]
-    small = sum(t.numel for t in plan.inventory.layer if t.numel < ZERO3_PERSISTENCE_THRESHOLD)
-    return small * plan.inventory.num_layers * compute
+    small = sum(
+        group.count * sum(t.numel for t in group.tensors if t.numel < ZERO3_PERSISTENCE_THRESHOLD)
+        for group in plan.inventory.layer_groups
+    )
+    return small * compute
 
 
-def _gathered_weights(plan: Plan, states: ModelStates) -> tuple[int, str]:
-    """Weights ZeRO-3 / FSDP hold gathered while a layer computes: the layer and what is prefetched."""
-    parallel, layer = plan.parallel, states.gathered_layer_weights
+def _gathered_weights(plan: Plan, layer: int) -> tuple[int, str]:
+    """Weights ZeRO-3 / FSDP hold gathered while a layer of ``layer`` bytes computes: it and what is prefetched."""
+    parallel = plan.parallel
     if plan.sharding.weights == 1 and not (parallel.strategy == "fsdp" and plan.precision.recipe.startswith("fsdp")):
         return 0, ""
     if plan.sharding.weights == 1:
@@ -494,7 +540,9 @@ def _micro_batch(
     suffix = (
         "" if accumulation == 1 else (" (micro-batch 1)" if micro_batch == 1 else f" (micro-batches 2–{accumulation})")
     )
-    gathered, gathered_detail = _gathered_weights(plan, states)
+    gathered_by_kind = {kind: _gathered_weights(plan, layer) for kind, layer in states.gathered_layer_weights.items()}
+    gathered_detail = next((detail for _, detail in gathered_by_kind.values() if detail), "")
+    gathered_any = any(bytes_ for bytes_, _ in gathered_by_kind.values())
     ends_gathered = _gathered_vocabulary_weights(plan)
     stream = rounded(
         _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype],
@@ -512,7 +560,7 @@ def _micro_batch(
         return trace.saved_activation_bytes, trace.saved_weight_copy_bytes
 
     if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
-        held = (in_flight - 1) * stage.num_layers * sum(kept_by(traces.layer))
+        held = (in_flight - 1) * sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
         account.set(
             "activations",
             "earlier micro-batches in flight",
@@ -531,32 +579,37 @@ def _micro_batch(
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
-    if gathered:
-        account.set("parameters", "gathered weights", gathered, gathered_detail)
     cache_detail = "weight casts autocast keeps until the forward's autocast region exits"
     account.details[("parameters", copies_name)] = copies_detail
     account.details[("parameters", "autocast cache")] = cache_detail
-    for index, trace in enumerate((traces.first_layer, traces.layer)[: stage.num_layers]):
-        working = traces.no_grad_layer.forward_peak_bytes if recompute else trace.forward_peak_bytes
-        saved, copies = kept_by(trace)
-        delta = {
-            ("activations", saved_name): saved,
-            ("parameters", copies_name): copies,
-            # Under checkpointing nothing is saved, and every cached cast waits for the region's end.
-            ("parameters", "autocast cache"): trace.cached_weight_copy_bytes
-            if recompute
-            else trace.cache_only_weight_copy_bytes,
-        }
-        labels = (
-            [f"layer 0 forward{suffix}"]
-            if index == 0
-            else [f"layer {i} forward{suffix}" for i in range(1, stage.num_layers)]
-        )
-        account.record_series(labels, "forward", micro_batch, {("activations", "layer working memory"): working}, delta)
-        if index == 0 and embedding is not None and (recompute or trace.input_saved):
-            account.add("activations", "embedding output", -stream)  # now counted among the saved tensors
-        account.set("activations", "hidden state", trace.output_bytes, "the current layer's input")
-    if gathered:
+    for run_index, (first_index, count, kind) in enumerate(traces.runs):
+        kind_traces = traces.kinds[kind]
+        if gathered_any:
+            account.set("parameters", "gathered weights", gathered_by_kind[kind][0], gathered_detail)
+        pieces = [(kind_traces.first_layer, [first_index]), (kind_traces.layer, list(range(first_index + 1, first_index + count)))]
+        if run_index:
+            pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]
+        for trace, indices in pieces:
+            if not indices:
+                continue
+            working = kind_traces.no_grad_layer.forward_peak_bytes if recompute else trace.forward_peak_bytes
+            saved, copies = kept_by(trace)
+            delta = {
+                ("activations", saved_name): saved,
+                ("parameters", copies_name): copies,
+                # Under checkpointing nothing is saved, and every cached cast waits for the region's end.
+                ("parameters", "autocast cache"): trace.cached_weight_copy_bytes
+                if recompute
+                else trace.cache_only_weight_copy_bytes,
+            }
+            labels = [f"layer {i} forward{suffix}" for i in indices]
+            account.record_series(
+                labels, "forward", micro_batch, {("activations", "layer working memory"): working}, delta
+            )
+            if indices[0] == stage.first_layer and embedding is not None and (recompute or trace.input_saved):
+                account.add("activations", "embedding output", -stream)  # now counted among the saved tensors
+            account.set("activations", "hidden state", trace.output_bytes, "the current layer's input")
+    if gathered_any:
         account.set("parameters", "gathered weights", 0)
 
     # ---- loss, and the start of backward
@@ -621,30 +674,32 @@ def _micro_batch(
     account.set("activations", "activation gradient", stream, "the gradient flowing back between layers")
 
     # ---- backward through the layers, last first
-    if gathered:
-        account.set("parameters", "gathered weights", gathered, gathered_detail)
-    for index, trace in ((1, traces.layer), (0, traces.first_layer)):
-        labels = (
-            [f"layer {i} backward{suffix}" for i in reversed(range(1, stage.num_layers))]
-            if index
-            else [f"layer 0 backward{suffix}"]
-            if stage.num_layers
-            else []
-        )
-        saved, copies = kept_by(trace)
-        stored = 0 if grads_exist else _stored(plan, states.gradients_per_layer, trace.parameter_grad_bytes)
-        account.record_series(
-            labels,
-            "backward",
-            micro_batch,
-            _backward_moment(trace, saved, copies, stream, grads_exist, recompute, saved_name, copies_name),
-            {
-                ("activations", saved_name): -saved,
-                ("parameters", copies_name): -copies,
-                ("gradients", "gradients"): stored,
-            },
-        )
-    if gathered:
+    for run_index in reversed(range(len(traces.runs))):
+        first_index, count, kind = traces.runs[run_index]
+        kind_traces = traces.kinds[kind]
+        if gathered_any:
+            account.set("parameters", "gathered weights", gathered_by_kind[kind][0], gathered_detail)
+        pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]
+        if run_index == 0:
+            pieces = [(kind_traces.layer, list(range(first_index + 1, first_index + count))), (kind_traces.first_layer, [first_index])]
+        for trace, indices in pieces:
+            if not indices:
+                continue
+            labels = [f"layer {i} backward{suffix}" for i in reversed(indices)]
+            saved, copies = kept_by(trace)
+            stored = 0 if grads_exist else _stored(plan, states.gradients_per_layer[kind], trace.parameter_grad_bytes)
+            account.record_series(
+                labels,
+                "backward",
+                micro_batch,
+                _backward_moment(trace, saved, copies, stream, grads_exist, recompute, saved_name, copies_name),
+                {
+                    ("activations", saved_name): -saved,
+                    ("parameters", copies_name): -copies,
+                    ("gradients", "gradients"): stored,
+                },
+            )
+    if gathered_any:
         account.set("parameters", "gathered weights", 0)
 
     if embedding is not None:
@@ -691,7 +746,7 @@ def _pending_tied_gradient(plan: Plan, stage: Stage) -> int:
     arch = plan.architecture
     if not (arch.tie_word_embeddings and stage.has_embedding and stage.has_head):
         return 0
-    if not plan.module_trains("wte" if arch.model_type == "gpt2" else "embed_tokens"):
+    if not plan.module_trains(plan.family.names.embed_tokens):
         return 0
     vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
     return vocab * arch.hidden_size * DTYPE_BYTES[plan.precision.compute_weight_dtype]
@@ -703,7 +758,7 @@ def _rotary_bytes(plan: Plan) -> int:
     if arch is None or arch.position_embedding != "rope":
         return 0
     seq = plan.setup.sequence_length // plan.parallel.context_parallel_size
-    return 2 * rounded(seq * arch.resolved_head_dim * DTYPE_BYTES[plan.precision.stream_dtype], plan.device)
+    return arch.rope_sets * 2 * rounded(seq * arch.resolved_head_dim * DTYPE_BYTES[plan.precision.stream_dtype], plan.device)
 
 
 def _resident_gradient_buffer(plan: Plan) -> str:

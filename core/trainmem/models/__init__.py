@@ -1,0 +1,145 @@
+"""Model families as plug-ins: one module per transformers family, registered here.
+
+``FAMILIES`` maps each supported ``model_type`` to its :class:`~trainmem.models.family.DecoderFamily`;
+``family_for(architecture)`` is how the rest of trainmem reaches a family's code (names, layer
+program, PEFT and bitsandbytes rules), and :func:`architecture_from_hf_config` reads a
+``config.json`` through the family's reader. Multimodal wrappers (LLaVA, Mistral 3, Gemma 3,
+Qwen-VL, Llama 4) are read through their ``text_config``: the language model is counted, the vision
+tower and projector are stated as not counted.
+
+To add a family: write ``trainmem/models/<family>.py`` with a ``DecoderFamily`` subclass (config
+reader with the transformers class's defaults, inventory from the shared blocks, a ``LayerProgram``
+subclass for ops of its own), add it to ``_FAMILY_CLASSES`` below, add a preset and small measured
+corpus cases (scripts/corpus_cases.py), and run tests/test_families.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..architecture import Architecture
+from ..errors import FieldError
+from .family import DecoderFamily
+from .fields import ConfigFields, describe
+from .gemma import Gemma2, Gemma3Text
+from .gpt2 import GPT2
+from .llama import Llama
+from .mistral import Mistral, Mixtral
+from .phi3 import Phi3
+from .qwen2 import Qwen2, Qwen2Moe
+from .qwen3 import Qwen3, Qwen3Moe
+
+_FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
+    GPT2,
+    Llama,
+    Mistral,
+    Mixtral,
+    Qwen2,
+    Qwen2Moe,
+    Qwen3,
+    Qwen3Moe,
+    Gemma2,
+    Gemma3Text,
+    Phi3,
+)
+
+FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
+"""Supported ``model_type`` values and their family."""
+
+MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
+    "gemma3": "gemma3_text",
+    "llava": "llama",
+    "llava_next": "llama",
+    "mistral3": "mistral",
+    "qwen2_vl": "qwen2",
+    "qwen2_5_vl": "qwen2",
+    "idefics3": "llama",
+    "smolvlm": "llama",
+}
+"""Multimodal ``model_type`` -> the family of its language model when ``text_config`` names none
+(the default ``text_config`` class of the transformers wrapper)."""
+
+class _Custom(Llama):
+    """Explicit architectures (``model_type`` "custom" or not a family's): Llama's module names,
+    and attention in the scores' dtype as Megatron-style blocks compute it."""
+
+    model_type = "custom"
+    eager_softmax_in_fp32 = False
+
+
+_CUSTOM = _Custom()
+
+
+def supported_model_types() -> list[str]:
+    return sorted(FAMILIES)
+
+
+def family_for(arch: Architecture) -> DecoderFamily:
+    """The family whose code builds and runs ``arch`` (the Llama layout for custom architectures)."""
+    return FAMILIES.get(arch.model_type, _CUSTOM)
+
+
+def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> Architecture:
+    """The Architecture a Hugging Face ``config.json`` describes, read by its family.
+
+    Raises :class:`~trainmem.errors.FieldError` naming the field (``model_type``, or the field of
+    the family's config that is wrong).
+    """
+    if not isinstance(config, Mapping):
+        raise FieldError(prefix or "hf_config", f"a config.json must be a JSON object, got {describe(config)}")
+    fields = ConfigFields(config, prefix)
+    model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise fields.fail("model_type", f"expected a string, got {describe(model_type)}")
+    if model_type in FAMILIES:
+        return _read(FAMILIES[model_type], fields, ())
+    text_config = fields.mapping("text_config")
+    if text_config is not None:
+        text_fields = dict(text_config)
+        text_type = text_fields.get("model_type")
+        if text_type is None:
+            text_type = MULTIMODAL_TEXT_MODEL_TYPES.get(model_type or "")
+            if text_type is not None:
+                text_fields["model_type"] = text_type
+        if text_type in FAMILIES or text_type is None:
+            arch = architecture_from_hf_config(text_fields, fields.path("text_config"))
+            wrapper = model_type or "multimodal"
+            return arch.model_copy(
+                update={"not_counted": (*arch.not_counted, f"the vision tower and projector of {wrapper} (not yet counted)")}
+            )
+    tried = [repr(model_type)]
+    if text_config is not None:
+        tried.append(f"text_config.model_type {text_config.get('model_type')!r}")
+    architectures = config.get("architectures")
+    if isinstance(architectures, list) and architectures:
+        tried.append(f"architectures {architectures[0]!r}")
+    raise fields.fail(
+        "model_type",
+        f"{' / '.join(tried)} is not supported; supported model types: {', '.join(supported_model_types())}",
+    )
+
+
+def _read(family: DecoderFamily, fields: ConfigFields, notes: tuple[str, ...]) -> Architecture:
+    try:
+        arch = family.read_config(fields)
+    except FieldError:
+        raise
+    except ValueError as error:  # a cross-field check of the Architecture (heads, experts, ...)
+        raise FieldError(fields.prefix or "hf_config", _validation_message(error)) from None
+    return arch
+
+
+def _validation_message(error: ValueError) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        problems = []
+        for item in error.errors(include_url=False):
+            location = ".".join(str(part) for part in item["loc"])
+            message = item["msg"].removeprefix("Value error, ")
+            problems.append(f"{location}: {message}" if location else message)
+        return "; ".join(problems)
+    return str(error)
+
+
+__all__ = ["FAMILIES", "DecoderFamily", "architecture_from_hf_config", "family_for", "supported_model_types"]

@@ -1,0 +1,117 @@
+"""What a model family is to trainmem: one class per transformers ``models/<family>/`` module.
+
+A :class:`DecoderFamily` keeps together everything trainmem knows about one family, as the
+transformers code for it does (transformers 5.24):
+
+* ``read_config``: the fields of its ``config.json`` with the defaults of its configuration class
+  (through :class:`~trainmem.models.fields.ConfigFields`, so wrong types are named, never coerced);
+* ``embedding`` / ``layer`` / ``head``: its parameter tensors, composed from the shared blocks in
+  ``models/blocks.py`` with its module names (:class:`~trainmem.models.blocks.ModuleNames`);
+* ``program``: the class that replays its decoder layer on the tape (``layers.LayerProgram`` or a
+  subclass in the family's module for ops of its own);
+* ``lora_default_targets``: PEFT's default ``target_modules`` for its ``model_type``
+  (peft/utils/constants.py ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``; ``None`` where
+  PEFT has none and asks the user for them);
+* ``moe_lora_conversion``: for MoE families, PEFT's v4→v5 target conversion
+  (peft/utils/transformers_weight_conversion.py ``_MOE_TARGET_MODULE_MAPPING``): the v4 module
+  names that now mean the router and the fused expert parameters;
+* ``quantized_by_bitsandbytes``: which of its tensors a 4-/8-bit load quantises (``nn.Linear``
+  weights only: ``replace_with_bnb_linear`` in transformers/integrations/bitsandbytes.py swaps
+  ``nn.Linear`` modules; fused 3-D experts and custom router modules keep the load dtype, and
+  the output embedding is skipped by ``get_keys_to_not_convert``).
+
+Adding a family means adding one module to ``trainmem/models/`` that defines a subclass and
+registers it in ``trainmem/models/__init__.py`` (see the README's contributing section).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Optional
+
+from ..architecture import Architecture
+from . import blocks
+from .blocks import ModuleNames, ParameterTensor
+from .fields import ConfigFields
+
+if TYPE_CHECKING:  # layers imports nothing from models; the import is deferred to avoid a cycle
+    from ..layers import LayerProgram
+
+#: PEFT's conversion of v4 MoE target names (peft 0.21, transformers 5.24), by conversion pattern.
+MIXTRAL_STYLE_MOE_TARGETS = {"gate": "router", "w1": "gate_up_proj", "w3": "gate_up_proj", "w2": "down_proj"}
+QWEN2_MOE_STYLE_TARGETS = {"gate": "router", "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj", "down_proj": "down_proj"}
+
+
+class DecoderFamily:
+    """A decoder-only transformer family (the Llama layout unless a subclass says otherwise)."""
+
+    model_type: str = ""
+    """config.json's ``model_type`` this family reads."""
+    names: ModuleNames = ModuleNames()
+    lora_default_targets: Optional[tuple[str, ...]] = ("q_proj", "v_proj")
+    moe_lora_conversion: Mapping[str, str] = {}
+    """v4 module name -> ``router`` / ``gate_up_proj`` / ``down_proj`` (empty: no conversion)."""
+    eager_softmax_in_fp32: bool = True
+    """transformers' shared ``eager_attention_forward`` asks for an fp32 softmax (GPT-2's own does not)."""
+    rope_concatenates: bool = False
+    """RoPE ends with ``torch.cat([rotated, passed_through], dim=-1)`` (Phi-3's partial rotary)."""
+    not_counted: tuple[str, ...] = ()
+    """Parts of the checkpoint the inventory leaves out (stated in the report)."""
+
+    # ------------------------------------------------------------------ config
+    def read_config(self, fields: ConfigFields) -> Architecture:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ inventory
+    def embedding(self, arch: Architecture) -> list[ParameterTensor]:
+        h = arch.hidden_size
+        tensors = [ParameterTensor(f"{self.names.embed_tokens}.weight", "embeddings", (arch.vocab_size, h))]
+        if arch.position_embedding == "learned":
+            tensors.append(
+                ParameterTensor(f"{self.names.embed_positions}.weight", "embeddings", (arch.max_position_embeddings, h))
+            )
+        return tensors
+
+    def layer(self, arch: Architecture) -> list[ParameterTensor]:
+        """The tensors of one decoder layer of a homogeneous kind (see ``Architecture.layer_kinds``)."""
+        names = self.names
+        mlp = blocks.moe_mlp(arch, names) if arch.is_moe else blocks.dense_mlp(arch, names, names.mlp, arch.intermediate_size)
+        return blocks.attention(arch, names) + mlp + blocks.layer_norms(arch, names)
+
+    def head(self, arch: Architecture) -> list[ParameterTensor]:
+        tensors = blocks.norm(self.names.final_norm, arch, arch.hidden_size)
+        if not arch.tie_word_embeddings:
+            tensors.append(
+                ParameterTensor(
+                    f"{self.names.lm_head}.weight", "lm_head", (arch.vocab_size, arch.hidden_size), (arch.hidden_size, arch.vocab_size)
+                )
+            )
+        return tensors
+
+    def quantized_by_bitsandbytes(self, tensor: ParameterTensor) -> bool:
+        """A 4-/8-bit load replaces ``nn.Linear`` modules of the decoder layers (not the output head)."""
+        return tensor.linear_features is not None and tensor.group != "lm_head"
+
+    # ------------------------------------------------------------------ the tape
+    def program(self) -> type[LayerProgram]:
+        from ..layers import LayerProgram
+
+        return LayerProgram
+
+
+def common_decoder_fields(fields: ConfigFields, defaults: Mapping[str, object]) -> dict[str, object]:
+    """The fields every Llama-style config has, with the family's class defaults."""
+    heads = fields.integer("num_attention_heads", defaults["num_attention_heads"])
+    return {
+        "model_type": fields.string("model_type"),
+        "vocab_size": fields.integer("vocab_size", defaults["vocab_size"]),
+        "hidden_size": fields.integer("hidden_size", defaults["hidden_size"]),
+        "num_hidden_layers": fields.layers(defaults["num_hidden_layers"]),
+        "num_attention_heads": heads,
+        "num_key_value_heads": fields.integer("num_key_value_heads", defaults.get("num_key_value_heads") or heads),
+        "head_dim": fields.optional_integer("head_dim") or defaults.get("head_dim"),
+        "intermediate_size": fields.integer("intermediate_size", defaults["intermediate_size"]),
+        "hidden_act": fields.string("hidden_act", defaults.get("hidden_act", "silu"), aliases=("hidden_activation",)),
+        "max_position_embeddings": fields.integer("max_position_embeddings", defaults["max_position_embeddings"]),
+        "tie_word_embeddings": fields.boolean("tie_word_embeddings", defaults["tie_word_embeddings"]),
+        "attention_dropout": fields.probability("attention_dropout"),
+    }

@@ -1,0 +1,178 @@
+"""Every family against transformers and PEFT, to the parameter.
+
+``FAMILY_CONFIGS`` holds one small config.json per supported ``model_type`` (and per variant worth
+checking: dense layers in a MoE model, shared experts, sliding windows). The torch-marked tests build
+each with transformers 5.24 on the meta device and compare:
+
+* the parameter count with trainmem's inventory;
+* the trainable count under LoRA (PEFT 0.21 ``get_peft_model``) for "all-linear" and for the family's
+  default targets (where PEFT has one), with trainmem's;
+* the defaults of the configuration class with what trainmem's reader assumes for missing fields.
+
+The plain tests check that every registered family has a config here, and the multimodal fallback.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmem.errors import FieldError
+from trainmem.inventory import build_inventory
+from trainmem.lora_targets import resolve_lora_targets
+from trainmem.models import FAMILIES, architecture_from_hf_config, family_for
+from trainmem.plan import Plan
+from trainmem.setup import LoRAConfig, Setup
+
+SMALL = dict(
+    vocab_size=512, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2,
+)
+
+FAMILY_CONFIGS: dict[str, dict] = {
+    "llama": {"model_type": "llama", **SMALL, "intermediate_size": 96},
+    "llama-bias": {"model_type": "llama", **SMALL, "intermediate_size": 96, "attention_bias": True, "mlp_bias": True},
+    "mistral": {"model_type": "mistral", **SMALL, "intermediate_size": 96},
+    "mixtral": {"model_type": "mixtral", **SMALL, "intermediate_size": 96, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "qwen2": {"model_type": "qwen2", **SMALL, "intermediate_size": 96},
+    "qwen2_moe": {
+        "model_type": "qwen2_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2,
+    },
+    "qwen2_moe-dense-layers": {
+        "model_type": "qwen2_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [0],
+    },
+    "qwen3": {"model_type": "qwen3", **SMALL, "intermediate_size": 96, "head_dim": 16},
+    "qwen3_moe": {
+        "model_type": "qwen3_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32, "head_dim": 16,
+        "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
+    },
+    "qwen3_moe-sparse-step": {
+        "model_type": "qwen3_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32, "head_dim": 16,
+        "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 2,
+    },
+    "gemma2": {"model_type": "gemma2", **SMALL, "intermediate_size": 96, "head_dim": 16},
+    "gemma3_text": {"model_type": "gemma3_text", **SMALL, "num_hidden_layers": 7, "intermediate_size": 96, "head_dim": 16},
+    "phi3": {"model_type": "phi3", **SMALL, "intermediate_size": 96},
+    "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
+}
+
+
+def _base(name: str) -> str:
+    return FAMILY_CONFIGS[name]["model_type"]
+
+
+def test_every_family_has_a_small_config_here():
+    assert set(FAMILIES) <= {config["model_type"] for config in FAMILY_CONFIGS.values()}
+
+
+def test_multimodal_config_reads_its_text_config_and_says_what_is_not_counted():
+    text = {k: v for k, v in FAMILY_CONFIGS["gemma3_text"].items() if k != "model_type"}
+    arch = architecture_from_hf_config({"model_type": "gemma3", "text_config": text, "vision_config": {}})
+    assert arch.model_type == "gemma3_text"
+    assert any("vision tower" in note for note in arch.not_counted)
+
+
+def test_unknown_model_type_names_the_field_and_what_was_tried():
+    with pytest.raises(FieldError) as error:
+        architecture_from_hf_config({"model_type": "bert", "architectures": ["BertForMaskedLM"]})
+    assert error.value.field == "model_type"
+    assert "'bert'" in str(error.value) and "BertForMaskedLM" in str(error.value) and "llama" in str(error.value)
+
+
+def test_dense_layers_make_two_layer_kinds():
+    arch = architecture_from_hf_config(FAMILY_CONFIGS["qwen2_moe-dense-layers"])
+    kinds = arch.layer_kinds()
+    assert [kind.indices for kind in kinds] == [(0,), (1, 2)]
+    assert not kinds[0].architecture.is_moe and kinds[1].architecture.is_moe
+
+
+def test_families_without_a_peft_default_ask_for_target_modules():
+    setup = {"model": {"hf_config": FAMILY_CONFIGS["qwen3_moe"]}, "finetuning": {"method": "lora"}}
+    with pytest.raises(ValueError, match="target_modules"):
+        Setup.model_validate(setup)
+
+
+def trainmem_trainable(config: dict, target_modules) -> int:
+    arch = architecture_from_hf_config(config)
+    lora = LoRAConfig(r=8, target_modules=target_modules)
+    inventory = build_inventory(arch)
+    targets = resolve_lora_targets(lora, family_for(arch), inventory)
+    return sum(
+        adapter.numel_per_layer(1, 1) * group.count for group in inventory.layer_groups for adapter in targets.adapters_of(group)
+    )
+
+
+def test_plan_counts_lora_parameters_of_every_layer_kind():
+    config = FAMILY_CONFIGS["qwen2_moe-dense-layers"]
+    plan = Plan(Setup.model_validate({"model": {"hf_config": config}, "finetuning": {"method": "lora", "lora": {"r": 8, "target_modules": "all-linear"}}}))
+    assert plan.num_trainable_parameters == trainmem_trainable(config, "all-linear")
+
+
+# ---------------------------------------------------------------------------- against transformers and PEFT
+
+
+def _hf_model(config: dict):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    fields = dict(config)
+    hf_config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(hf_config)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(FAMILY_CONFIGS))
+def test_parameter_count_matches_transformers(name):
+    model = _hf_model(FAMILY_CONFIGS[name])
+    expected = sum(p.numel() for p in model.parameters())
+    assert build_inventory(architecture_from_hf_config(FAMILY_CONFIGS[name])).num_parameters == expected
+
+
+def _peft_trainable(config: dict, target_modules) -> int:
+    peft = pytest.importorskip("peft")
+    import warnings
+
+    model = _hf_model(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        peft_model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=target_modules))
+    return peft_model.get_nb_trainable_parameters()[0]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(FAMILY_CONFIGS))
+def test_lora_all_linear_trains_what_peft_trains(name):
+    config = FAMILY_CONFIGS[name]
+    assert trainmem_trainable(config, "all-linear") == _peft_trainable(config, "all-linear")
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(n for n in FAMILY_CONFIGS if FAMILIES[_base(n)].lora_default_targets))
+def test_lora_default_targets_train_what_peft_trains(name):
+    config = FAMILY_CONFIGS[name]
+    family = FAMILIES[_base(name)]
+    peft = pytest.importorskip("peft")
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
+
+    expected_targets = PEFT_DEFAULTS.get(family.model_type)
+    if expected_targets is None:
+        pytest.skip(f"PEFT has no default for {family.model_type}; trainmem's default is its own choice")
+    assert list(family.lora_default_targets) == list(expected_targets)
+    assert trainmem_trainable(config, None) == _peft_trainable(config, None)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_missing_fields_take_the_transformers_class_defaults(model_type):
+    """Reading a config with only ``model_type`` gives the shapes of the transformers class's defaults."""
+    transformers = pytest.importorskip("transformers")
+    defaults = transformers.AutoConfig.for_model(model_type).to_dict()
+    defaults.pop("transformers_version", None)
+    ours = architecture_from_hf_config({"model_type": model_type})
+    theirs = architecture_from_hf_config({k: v for k, v in defaults.items() if v is not None or k == "model_type"})
+
+    def resolved(arch):  # head_dim None means hidden_size // heads, which transformers writes out
+        return arch.model_copy(update={"head_dim": arch.resolved_head_dim})
+
+    assert resolved(ours) == resolved(theirs)
