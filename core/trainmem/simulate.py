@@ -32,6 +32,7 @@ from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
+from .parallel import fsdp
 from .timeline import MemoryAccount
 
 ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -543,7 +544,8 @@ def _micro_batch(
     gathered_by_kind = {kind: _gathered_weights(plan, layer) for kind, layer in states.gathered_layer_weights.items()}
     gathered_detail = next((detail for _, detail in gathered_by_kind.values() if detail), "")
     gathered_any = any(bytes_ for bytes_, _ in gathered_by_kind.values())
-    ends_gathered = _gathered_vocabulary_weights(plan)
+    ends_gathered = 0 if fsdp.runs_fsdp2(plan) else _gathered_vocabulary_weights(plan)
+    kept_by_kind = {kind: fsdp.kept_after_forward(plan, layer) for kind, layer in states.gathered_layer_weights.items()}
     stream = rounded(
         _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype],
         plan.device,
@@ -579,6 +581,9 @@ def _micro_batch(
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
+    account.set("parameters", "FSDP root unit (unsharded)", fsdp.root_unit_bytes(plan, stage), fsdp.ROOT_DETAIL)
+    if any(kept_by_kind.values()):
+        account.details[("parameters", "unsharded layers kept for backward")] = fsdp.KEPT_DETAIL
     cache_detail = "weight casts autocast keeps until the forward's autocast region exits"
     account.details[("parameters", copies_name)] = copies_detail
     account.details[("parameters", "autocast cache")] = cache_detail
@@ -601,6 +606,7 @@ def _micro_batch(
                 ("parameters", "autocast cache"): trace.cached_weight_copy_bytes
                 if recompute
                 else trace.cache_only_weight_copy_bytes,
+                ("parameters", "unsharded layers kept for backward"): kept_by_kind.get(kind, 0),
             }
             labels = [f"layer {i} forward{suffix}" for i in indices]
             account.record_series(
@@ -650,7 +656,10 @@ def _micro_batch(
                 ("activations", "logits and loss temporaries"): head.backward_peak_activation_grad_bytes
                 + (grads_now if grads_exist else 0),
                 ("gradients", "gradients"): 0 if grads_exist else grads_now,
-                ("parameters", "gathered weights"): ends_gathered,
+                ("parameters", "gathered weights"): ends_gathered
+                + fsdp.backward_prefetch_bytes(plan, states.gathered_layer_weights.get(traces.runs[-1][2], 0))
+                if traces.runs
+                else ends_gathered,
             },
         )
         account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
@@ -678,7 +687,9 @@ def _micro_batch(
         first_index, count, kind = traces.runs[run_index]
         kind_traces = traces.kinds[kind]
         if gathered_any:
-            account.set("parameters", "gathered weights", gathered_by_kind[kind][0], gathered_detail)
+            # Layers kept unsharded since their forward need no new gather.
+            gathered_now = 0 if kept_by_kind.get(kind) else gathered_by_kind[kind][0]
+            account.set("parameters", "gathered weights", gathered_now, gathered_detail)
         pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]
         if run_index == 0:
             pieces = [(kind_traces.layer, list(range(first_index + 1, first_index + count))), (kind_traces.first_layer, [first_index])]
@@ -697,6 +708,7 @@ def _micro_batch(
                     ("activations", saved_name): -saved,
                     ("parameters", copies_name): -copies,
                     ("gradients", "gradients"): stored,
+                    ("parameters", "unsharded layers kept for backward"): -kept_by_kind.get(kind, 0),
                 },
             )
     if gathered_any:
@@ -739,6 +751,7 @@ def _micro_batch(
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)
+    account.set("parameters", "FSDP root unit (unsharded)", 0)
 
 
 def _pending_tied_gradient(plan: Plan, stage: Stage) -> int:

@@ -72,13 +72,22 @@ def measure_distributed(
     setup: Union[Setup, dict[str, Any]],
     *,
     seed: int = 0,
-    warmup_steps: int = 1,
+    warmup_steps: Optional[int] = None,
     case_id: str = "",
     description: str = "",
 ) -> list[Measurement]:
-    """Run the setup's step on ``num_gpus`` local gloo ranks; one Measurement per rank, rank 0 first."""
+    """Run the setup's step on ``num_gpus`` local gloo ranks; one Measurement per rank, rank 0 first.
+
+    ``warmup_steps`` defaults to 2 for DDP, whose Reducer rebuilds its buckets in the order the
+    gradients arrived during the first step at the start of the second one's forward
+    (``Reducer::rebuild_buckets``, torch/csrc/distributed/c10d/reducer.cpp), and 1 otherwise.
+    """
     setup = setup if isinstance(setup, Setup) else Setup.model_validate(setup)
     check_distributed(setup)
+    if warmup_steps is None:
+        from .frameworks import framework_name
+
+        warmup_steps = 2 if framework_name(setup) == "ddp" else 1
     import torch.multiprocessing as mp
 
     world_size = setup.parallelism.num_gpus
@@ -153,6 +162,8 @@ def _measure_rank(
             model = build_model(setup, on_meta=False)
             num_parameters = sum(parameter.numel() for parameter in model.parameters())
             framework = FRAMEWORKS[name](setup, model, world_size)
+            owned: dict[int, tuple[str, str]] = {}
+            framework.on_buffer = lambda category, part, tensor: _label_one(tracker, owned, category, part, tensor)
             framework.wrap()
             vocab_size = base_model(model).config.vocab_size
             batch = torch.randint(0, vocab_size, (setup.micro_batch_size, setup.sequence_length))
@@ -161,7 +172,6 @@ def _measure_rank(
                 step.run()
             gc.collect()
             gc.disable()
-            owned: dict[int, tuple[str, str]] = {}
 
             def label() -> None:
                 _set_roles(tracker, framework, batch)
@@ -246,13 +256,17 @@ def _label(tracker: Any, framework: Any, owned: dict[int, tuple[str, str]]) -> N
 
     Storages that are parameters (DeepSpeed's parameters are views of its flat bf16 groups),
     optimizer state or the batch keep that role."""
+    for category, part, tensor in framework.owned_tensors():
+        _label_one(tracker, owned, category, part, tensor)
+
+
+def _label_one(tracker: Any, owned: dict[int, tuple[str, str]], category: str, part: str, tensor: Any) -> None:
     from .tracker import plain_tensors
 
-    for category, part, tensor in framework.owned_tensors():
-        for plain in plain_tensors(tensor):
-            index = tracker.index_of(plain)
-            if index is not None and index not in owned and tracker.storages[index].role == "allocated":
-                owned[index] = (category, part)
+    for plain in plain_tensors(tensor):
+        index = tracker.index_of(plain)
+        if index is not None and index not in owned and tracker.storages[index].role == "allocated":
+            owned[index] = (category, part)
 
 
 def _set_role(tracker: Any, tensor: Any, role: str) -> None:

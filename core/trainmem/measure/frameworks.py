@@ -27,7 +27,7 @@ attribute that holds them, so that a measurement reports e.g. DeepSpeed's
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -63,6 +63,8 @@ class Framework:
         self.world_size = world_size
         self.forward_module: torch.nn.Module = model
         self.built: Optional[BuiltOptimizer] = None
+        self.on_buffer: Callable[[str, str, torch.Tensor], None] = lambda category, part, tensor: None
+        """Called with (category, part, tensor) when the framework makes a transient buffer worth naming."""
 
     # ---------------------------------------------------------------- build
 
@@ -146,6 +148,36 @@ class FSDP2(Framework):
         fully_shard(self.model, **options)
         self.forward_module = self.model
         self._torch_optimizer()
+        self._label_collective_buffers()
+
+    def _label_collective_buffers(self) -> None:
+        """Name FSDP2's transient communication buffers as they are made.
+
+        ``foreach_all_gather`` (``_fsdp_collectives.py``) returns the flat all-gather output
+        (world size × the group's padded shard, in the param dtype) that ``foreach_all_gather_copy_out``
+        then copies into the unsharded parameters; ``foreach_reduce`` returns the flat
+        reduce-scatter input (the group's unsharded gradients, in the reduce dtype). Both are
+        looked up by name in ``_fsdp_param_group``, so wrapping them there labels every call.
+        """
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        framework = self
+        all_gather, reduce = _fsdp_param_group.foreach_all_gather, _fsdp_param_group.foreach_reduce
+
+        def labelled_all_gather(*args: Any, **kwargs: Any) -> Any:
+            result = all_gather(*args, **kwargs)
+            if result is not None:
+                framework.on_buffer("parameters", "parameters/fsdp all-gather output", result.all_gather_output)
+            return result
+
+        def labelled_reduce(*args: Any, **kwargs: Any) -> Any:
+            result = reduce(*args, **kwargs)
+            if result and isinstance(result[0], torch.Tensor):
+                framework.on_buffer("gradients", "gradients/fsdp reduce-scatter input", result[0])
+            return result
+
+        _fsdp_param_group.foreach_all_gather = labelled_all_gather
+        _fsdp_param_group.foreach_reduce = labelled_reduce
 
     def parameter_tensors(self) -> Iterator[torch.Tensor]:
         yield from super().parameter_tensors()

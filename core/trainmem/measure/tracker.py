@@ -33,6 +33,11 @@ Distributed runs add two things the single-device step never does:
   ``UntypedStorage.resize_`` does not pass through the dispatcher, so
   :func:`tracking_storage_resizes` wraps it while a measurement runs and reports each
   resize to the tracker (:meth:`StorageTracker.storage_resized`).
+* collectives on gloo stage data in buffers that its C++ code allocates below the dispatcher
+  (a reduce-scatter all-reduces a full-size copy, then ops on the calling thread read and
+  split it). Such a storage is first seen as an op's *input* (``untracked_input_bytes``) and
+  is never counted, even when a view of it comes out of a later op: NCCL on a GPU has no such
+  copies.
 """
 
 from __future__ import annotations
@@ -175,6 +180,8 @@ class StorageTracker(TorchDispatchMode):
             role = ROLE_AUTOCAST_WEIGHT_COPY
         for tensor in _plain_outputs(out):
             storage = tensor.untyped_storage()
+            if storage in self._untracked:
+                continue  # memory allocated outside the dispatcher (gloo's staging copies): never counted
             index = self._index.get(storage)
             if index is None:
                 self.register(tensor, role, op=name)
