@@ -32,7 +32,7 @@ from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
-from .parallel import fsdp
+from .parallel import dtensor_tp, fsdp
 from .timeline import MemoryAccount
 
 ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -193,7 +193,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         )
     head = None
     if stage.has_head:
-        vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
+        vocab = dtensor_tp.loss_vocabulary(plan, arch.vocab_size)
         if plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
             head = _cached(
