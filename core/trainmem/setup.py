@@ -18,6 +18,7 @@ from pydantic import (
     Discriminator,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     Tag,
@@ -214,6 +215,18 @@ class Parallelism(FrozenModel):
         description="FSDP MixedPrecisionPolicy(reduce_dtype=...): the dtype gradients are reduce-scattered in; "
         "None: the param dtype.",
     )
+    offload_device: Literal["cpu", "nvme"] = Field(
+        default="cpu",
+        description="Where offloaded states go: CPU memory, or NVMe (DeepSpeed ZeRO-Infinity, offload_*.device='nvme').",
+    )
+    model_load: Literal["every_rank", "rank0", "sharded"] = Field(
+        default="every_rank",
+        description="How the weights are loaded into host RAM: every rank loads the full state dict, rank 0 only "
+        "(FSDP sync_module_states / cpu_ram_efficient_loading), or each rank its shard (deepspeed.zero.Init, meta device).",
+    )
+    host_ram_gib_per_node: Optional[PositiveFloat] = Field(
+        default=None, description="Host RAM of one node, for a host-RAM fit verdict (None: no verdict)."
+    )
     tensor_parallel_flavor: Literal["megatron", "dtensor"] = Field(
         default="megatron",
         description="megatron: Megatron-Core TP (vocabulary-parallel embedding and loss); dtensor: PyTorch "
@@ -366,6 +379,15 @@ class Runtime(FrozenModel):
     )
     cuda_context_mib: Optional[NonNegativeFloat] = Field(
         default=None, description="Memory the CUDA context takes outside PyTorch's allocator. Default: by GPU vendor."
+    )
+    host_process_mib: NonNegativeFloat = Field(
+        default=2048.0,
+        description="Host RAM of one training process before any model state (interpreter, torch, CUDA host state); "
+        "an assumption, not measured.",
+    )
+    dataloader_workers: NonNegativeInt = Field(default=0, description="DataLoader num_workers per rank.")
+    dataloader_worker_mib: NonNegativeFloat = Field(
+        default=1024.0, description="Host RAM of one dataloader worker process (an assumption: set what you observe)."
     )
 
 
