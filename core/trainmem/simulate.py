@@ -188,21 +188,25 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     if stage.has_embedding:
         # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
         tied = arch.tie_word_embeddings and stage.has_head and embedding_trains
+        embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
         embedding = _cached(
-            ("embedding", key, tied), lambda: trace_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+            ("embedding", key, tied, embedding_rows),
+            lambda: trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
     head = None
     if stage.has_head:
         vocab = dtensor_tp.loss_vocabulary(plan, arch.vocab_size)
+        head_shape = dtensor_tp.loss_head_shape(plan, shape)
         if plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
             head = _cached(
-                ("chunked_head", key, vocab, chunks),
-                lambda: trace_chunked_loss_head(arch, shape, kernels, trainability, vocab, chunks, grads_exist),
+                ("chunked_head", key, vocab, chunks, head_shape),
+                lambda: trace_chunked_loss_head(arch, head_shape, kernels, trainability, vocab, chunks, grads_exist),
             )
         else:
             head = _cached(
-                ("head", key, vocab), lambda: trace_loss_head(arch, shape, kernels, trainability, vocab, grads_exist)
+                ("head", key, vocab, head_shape),
+                lambda: trace_loss_head(arch, head_shape, kernels, trainability, vocab, grads_exist),
             )
     return _Traces(kinds, runs, embedding, head)
 

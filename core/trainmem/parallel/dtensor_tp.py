@@ -10,6 +10,9 @@ optimizer states) unless ``SequenceParallel`` shards the activations around them
 
 Where it differs from Megatron-Core's TP (``tensor_parallel_flavor="megatron"``):
 
+* **the loss sees every token**: with ``SequenceParallel`` the head's input is
+  all-gathered from its sequence shards (``ColwiseParallel(input_layouts=Shard(1))``), so
+  the final norm's output and the logits cover the whole sequence.
 * **the loss sees the whole vocabulary**: the head's local logits (vocab / t) are
   all-gathered to a replicated (b, s, vocab) tensor (``ColwiseParallel._prepare_output_fn``,
   ``torch/distributed/tensor/parallel/style.py``), and the cross-entropy upcasts and
@@ -21,9 +24,11 @@ Measured (``tp-dtensor-*``): parameters and optimizer states to the byte.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..layers import LayerShape
     from ..plan import Plan
 
 
@@ -37,3 +42,10 @@ def loss_vocabulary(plan: "Plan", vocab_size: int) -> int:
     if runs_dtensor_tp(plan):
         return vocab_size
     return vocab_size // plan.parallel.tensor_parallel_size
+
+
+def loss_head_shape(plan: "Plan", shape: "LayerShape") -> "LayerShape":
+    """The shape the loss head runs at: under DTensor sequence parallelism, every token (gathered)."""
+    if runs_dtensor_tp(plan) and plan.parallel.sequence_parallel:
+        return replace(shape, stream_tokens=shape.batch * shape.seq)
+    return shape
