@@ -202,6 +202,16 @@ class Parallelism(FrozenModel):
     bucket_size_mib: PositiveFloat = Field(
         default=25.0, description="DDP bucket_cap_mb / DeepSpeed reduce_bucket_size (converted to MiB)."
     )
+    zero_reduce_bucket_size: PositiveInt = Field(
+        default=500_000_000,
+        description="DeepSpeed zero_optimization.reduce_bucket_size, in elements (5e8 by default). DeepSpeed 0.19 "
+        "allocates the bucket at this size whatever the model's size.",
+    )
+    zero_overlap_comm: Optional[bool] = Field(
+        default=None,
+        description="DeepSpeed zero_optimization.overlap_comm (a second reduce bucket); None: DeepSpeed's default "
+        "(True for stage 3, False otherwise).",
+    )
     fsdp_version: Literal[1, 2] = Field(
         default=2, description="FSDP1 (FullyShardedDataParallel, flat parameters) or FSDP2 (fully_shard, DTensor shards)."
     )

@@ -32,11 +32,9 @@ from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
-from .parallel import dtensor_tp, fsdp
+from .parallel import deepspeed, dtensor_tp, fsdp
 from .timeline import MemoryAccount
 
-ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
-"""DeepSpeed zero_optimization.reduce_bucket_size default (5e8 elements)."""
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
 """DeepSpeed stage3_prefetch_bucket_size default (5e7 elements)."""
 ZERO3_PERSISTENCE_THRESHOLD = 100_000
@@ -422,10 +420,9 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
             states.gradients,
             "DDP copies gradients into flat all-reduce buckets (gradient_as_bucket_view=False)",
         )
-    if parallel.strategy == "zero" and parallel.zero_stage >= 1 and plan.data_parallel_size > 1:
-        bucket = min(ZERO_REDUCE_BUCKET_ELEMENTS, states.trainable_numel) * DTYPE_BYTES[plan.precision.gradient_dtype]
+    if deepspeed.bucket_is_resident(plan):
         account.set(
-            "overhead", "ZeRO reduce bucket", bucket, "DeepSpeed contiguous gradient bucket (reduce_bucket_size 5e8)"
+            "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_RESIDENT
         )
     if parallel.strategy == "zero" and parallel.zero_stage == 3:
         account.set(
@@ -649,6 +646,10 @@ def _micro_batch(
         )
         account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
         grads_now = head.backward_peak_grad_bytes
+        if not deepspeed.bucket_is_resident(plan):
+            account.set(
+                "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_BACKWARD
+            )
         account.record(
             "loss backward" + suffix,
             "backward",
@@ -756,6 +757,8 @@ def _micro_batch(
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)
     account.set("parameters", "FSDP root unit (unsharded)", 0)
+    if not deepspeed.bucket_is_resident(plan):
+        account.set("overhead", "ZeRO reduce bucket", 0)  # cleared by the backward's epilogue
 
 
 def _pending_tied_gradient(plan: Plan, stage: Stage) -> int:

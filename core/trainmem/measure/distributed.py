@@ -242,10 +242,12 @@ def _measure_rank(
 
 
 def _set_roles(tracker: Any, framework: Any, batch: Any) -> None:
-    from .events import ROLE_INPUT, ROLE_OPTIMIZER_STATE, ROLE_PARAMETER
+    from .events import ROLE_GRADIENT, ROLE_INPUT, ROLE_OPTIMIZER_STATE, ROLE_PARAMETER
 
     for tensor in framework.parameter_tensors():
         _set_role(tracker, tensor, ROLE_PARAMETER)
+    for tensor in framework.gradient_tensors():
+        _set_role(tracker, tensor, ROLE_GRADIENT)
     _set_role(tracker, batch, ROLE_INPUT)
     for tensor in framework.optimizer_state_tensors():
         _set_role(tracker, tensor, ROLE_OPTIMIZER_STATE)

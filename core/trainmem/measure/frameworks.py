@@ -98,6 +98,14 @@ class Framework:
         yield from self.model.parameters()
         yield from self.model.buffers()
 
+    def gradient_tensors(self) -> Iterator[torch.Tensor]:
+        """``.grad`` of every parameter, and DeepSpeed's ``grad_accum`` where it keeps one."""
+        for parameter in self.model.parameters():
+            for name in ("grad", "grad_accum"):
+                value = getattr(parameter, name, None)
+                if isinstance(value, torch.Tensor):
+                    yield value
+
     def optimizer_state_tensors(self) -> Iterator[torch.Tensor]:
         for state in self.optimizer.state.values():
             for value in state.values():
@@ -324,6 +332,9 @@ class DeepSpeed(Framework):
 
     def owned_tensors(self) -> Owned:
         owned: Owned = []
+        for bucket in getattr(self.zero_optimizer, "ipg_buckets", {}).values():
+            for tensor in _tensors_in(getattr(bucket, "buffer", None), 2):
+                owned.append(("overhead", "overhead/deepspeed reduce bucket (ipg_buckets buffer)", tensor))
         for name, tensor in named_tensors(self.zero_optimizer):
             owned.append((*_DEEPSPEED_ATTRIBUTES.get(name, ("overhead", "overhead/deepspeed " + name)), tensor))
         return owned
