@@ -286,7 +286,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
     ):
         states += 4 * (sum(s.count for s in trainable) + 2 * sum(layers_ for _, _, layers_, _ in adapters))
-    master = trainable_numel * 4 // sharding.optimizer if precision.master_weights and not plan.lora else 0
+    keeps_master = precision.master_weights or deepspeed.keeps_fp32_partition(plan)
+    master = trainable_numel * 4 // sharding.optimizer if keeps_master and not plan.lora else 0
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )

@@ -13,6 +13,10 @@ Buckets are allocated at their configured size, not the model's:
 * **ZeRO-3 reduce bucket**: ``DeepSpeedZeroOptimizer_Stage3.__init__`` (``stage3.py``)
   allocates one ``reduce_bucket_size`` buffer per gradient dtype at start-up, resident for
   the whole run.
+* **an fp32 partition always**: stage 1/2 clone the rank's partition of every bit16 group
+  to fp32 (``single_partition_of_fp32_groups``, ``.clone().float()``), stage 3 builds
+  ``fp32_partitioned_groups_flat`` — also when the model is already fp32, so an fp32 run
+  holds a second fp32 copy of its partition (measured: ``zero*-llama-7m-fp32-w2``).
 * **ZeRO-3 gradient partitions**: ``grad_partitions_flat_buffer``, a ``torch.zeros`` of
   the rank's partition in ``gradient_accumulation_dtype``, at start-up (on the CPU and
   pinned under ``offload_optimizer``).
@@ -54,3 +58,9 @@ def bucket_is_resident(plan: "Plan") -> bool:
 
 BUCKET_DETAIL_RESIDENT = "DeepSpeed ZeRO-3 reduce bucket, reduce_bucket_size elements, allocated at start-up"
 BUCKET_DETAIL_BACKWARD = "DeepSpeed ZeRO-1/2 reduce bucket, reduce_bucket_size elements, allocated for each backward"
+
+
+def keeps_fp32_partition(plan: "Plan") -> bool:
+    """DeepSpeed ZeRO keeps an fp32 copy of the rank's partition whatever the model's dtype."""
+    parallel = plan.parallel
+    return parallel.strategy == "zero" and parallel.zero_stage >= 1
