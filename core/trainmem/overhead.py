@@ -11,7 +11,9 @@
 * **NCCL communicators**: buffers NCCL allocates itself, per communicator, growing with the
   channel count. NVIDIA/nccl#964 measured 544 MB for a 2-GPU group and 688 MB for larger
   groups on 4×A100 with NVLink; trainmem charges 656 MiB (688 MB) per communicator a rank
-  uses (data, tensor, pipeline, context, expert parallel groups).
+  uses (data, tensor, pipeline, context, expert parallel groups); ``runtime.nccl_communicator_mib``
+  replaces the figure (NVLS on Hopper, set by ``NCCL_NVLS_ENABLE``, can take GBs more per
+  communicator: NVIDIA/nccl#864, #818, #986).
 * **Allocator reserve**: ``max_memory_reserved − max_memory_allocated``, the caching
   allocator's rounding and fragmentation. It depends on the allocation pattern; trainmem
   assumes 5% of the peak allocated bytes (``runtime`` lets a user with a measured ratio
@@ -59,6 +61,7 @@ def process_overhead(plan: Plan, gpu_architecture: str) -> ProcessOverhead:
         parallel.expert_parallel_size,
     ]
     communicators = sum(1 for size in groups if size > 1)
+    per_communicator = runtime.nccl_communicator_mib if runtime.nccl_communicator_mib is not None else NCCL_COMMUNICATOR_MIB
     return ProcessOverhead(
-        context, workspace, communicators * NCCL_COMMUNICATOR_MIB * MIB, communicators, ALLOCATOR_RESERVE_FRACTION
+        context, workspace, int(communicators * per_communicator * MIB), communicators, ALLOCATOR_RESERVE_FRACTION
     )

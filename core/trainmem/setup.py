@@ -390,6 +390,11 @@ class Runtime(FrozenModel):
     cuda_context_mib: Optional[NonNegativeFloat] = Field(
         default=None, description="Memory the CUDA context takes outside PyTorch's allocator. Default: by GPU vendor."
     )
+    nccl_communicator_mib: Optional[NonNegativeFloat] = Field(
+        default=None,
+        description="NCCL buffer memory per communicator (one per process group larger than 1); default 656 MiB "
+        "(NVIDIA/nccl#964's A100 figure), an assumption.",
+    )
     host_process_mib: NonNegativeFloat = Field(
         default=2048.0,
         description="Host RAM of one training process before any model state (interpreter, torch, CUDA host state); "
