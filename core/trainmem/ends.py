@@ -74,8 +74,12 @@ def trace_loss_head(
     trainability: Trainability,
     vocab_per_rank: int,
     parameter_grads_exist: bool = False,
+    gathered_vocab: Optional[int] = None,
 ) -> Trace:
-    """Final norm, ``lm_head``, optional logit soft-capping, ``logits.float()`` and cross-entropy."""
+    """Final norm, ``lm_head``, optional logit soft-capping, ``logits.float()`` and cross-entropy.
+
+    ``gathered_vocab``: the head's local logits (``vocab_per_rank`` columns) are all-gathered to
+    this many columns before the loss (DTensor ``ColwiseParallel(output_layouts=Replicate())``)."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     program = _program(arch, shape, kernels, trainability, tape)
     tokens, h = shape.stream_tokens, shape.hidden
@@ -85,6 +89,10 @@ def trace_loss_head(
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
     logits = tape.linear(normed, weight, vocab_per_rank)
     tape.release(normed)
+    if gathered_vocab:
+        local = logits
+        logits = tape.copy(local, tokens * gathered_vocab)  # the all-gather: nothing saved
+        tape.release(local)
     if arch.final_logit_softcapping:  # logits / cap -> tanh -> * cap
         divided = tape.scale(logits)
         tape.release(logits)

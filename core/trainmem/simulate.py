@@ -193,7 +193,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         )
     head = None
     if stage.has_head:
-        vocab = dtensor_tp.loss_vocabulary(plan, arch.vocab_size)
+        vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
+        gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
         if plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
@@ -203,8 +204,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             )
         else:
             head = _cached(
-                ("head", key, vocab, head_shape),
-                lambda: trace_loss_head(arch, head_shape, kernels, trainability, vocab, grads_exist),
+                ("head", key, vocab, head_shape, gathered_vocab),
+                lambda: trace_loss_head(arch, head_shape, kernels, trainability, vocab, grads_exist, gathered_vocab),
             )
     return _Traces(kinds, runs, embedding, head)
 

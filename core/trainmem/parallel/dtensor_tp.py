@@ -13,8 +13,8 @@ Where it differs from Megatron-Core's TP (``tensor_parallel_flavor="megatron"``)
 * **the loss sees every token**: with ``SequenceParallel`` the head's input is
   all-gathered from its sequence shards (``ColwiseParallel(input_layouts=Shard(1))``), so
   the final norm's output and the logits cover the whole sequence.
-* **the loss sees the whole vocabulary**: the head's local logits (vocab / t) are
-  all-gathered to a replicated (b, s, vocab) tensor (``ColwiseParallel._prepare_output_fn``,
+* **the loss sees the whole vocabulary**: the head's weight (and gradient) is the rank's
+  vocabulary slice, but its local logits (vocab / t) are all-gathered to a replicated (b, s, vocab) tensor (``ColwiseParallel._prepare_output_fn``,
   ``torch/distributed/tensor/parallel/style.py``), and the cross-entropy upcasts and
   log-softmaxes all of it on every rank; Megatron's vocab-parallel cross-entropy works on
   the rank's slice.
@@ -37,11 +37,11 @@ def runs_dtensor_tp(plan: "Plan") -> bool:
     return parallel.tensor_parallel_size > 1 and parallel.tensor_parallel_flavor == "dtensor"
 
 
-def loss_vocabulary(plan: "Plan", vocab_size: int) -> int:
-    """The vocabulary the loss head computes over on one rank: all of it under DTensor TP, the slice under Megatron."""
-    if runs_dtensor_tp(plan):
-        return vocab_size
-    return vocab_size // plan.parallel.tensor_parallel_size
+def gathered_logits_vocabulary(plan: "Plan", vocab_size: int) -> "int | None":
+    """The columns the head's logits are all-gathered to before the loss: the whole vocabulary under
+    DTensor TP (the head's weight and its gradient stay the rank's slice); None under Megatron's
+    vocab-parallel cross-entropy."""
+    return vocab_size if runs_dtensor_tp(plan) else None
 
 
 def loss_head_shape(plan: "Plan", shape: "LayerShape") -> "LayerShape":
