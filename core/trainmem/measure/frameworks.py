@@ -307,6 +307,25 @@ class DeepSpeed(Framework):
         self.engine = engine
         self.zero_optimizer = optimizer
         self.forward_module = engine
+        self._label_reduce_buckets()
+
+    def _label_reduce_buckets(self) -> None:
+        """ZeRO-1/2 allocate their reduce buckets in ``setup_buckets`` when a backward starts and clear
+        them at its end: name them as they are made."""
+        optimizer = self.zero_optimizer
+        setup_buckets = getattr(optimizer, "setup_buckets", None)
+        if setup_buckets is None:
+            return
+        framework = self
+
+        def labelled_setup_buckets(*args: Any, **kwargs: Any) -> Any:
+            result = setup_buckets(*args, **kwargs)
+            for bucket in getattr(optimizer, "ipg_buckets", {}).values():
+                for tensor in _tensors_in(getattr(bucket, "buffer", None), 2):
+                    framework.on_buffer("overhead", "overhead/deepspeed reduce bucket (ipg_buckets buffer)", tensor)
+            return result
+
+        optimizer.setup_buckets = labelled_setup_buckets
 
     @property
     def optimizer(self) -> Any:

@@ -179,6 +179,8 @@ class StorageTracker(TorchDispatchMode):
         if name == "aten._to_copy" and self.autocast_recipe and self._is_weight(args) and self._in_model_phase():
             role = ROLE_AUTOCAST_WEIGHT_COPY
         for tensor in _plain_outputs(out):
+            if tensor.device.type == "meta":
+                continue  # shape-only tensors (DeepSpeed's round-robin metadata) hold no memory
             storage = tensor.untyped_storage()
             if storage in self._untracked:
                 continue  # memory allocated outside the dispatcher (gloo's staging copies): never counted
