@@ -183,8 +183,15 @@ class Parallelism(FrozenModel):
     """How the run spreads over GPUs: data parallel (DDP, DeepSpeed ZeRO, FSDP) and model parallel sizes."""
 
     num_gpus: PositiveInt = Field(default=1, description="GPUs in the run; data parallel size = num_gpus / (tp·pp·cp).")
-    strategy: Literal["ddp", "zero", "fsdp"] = Field(
-        default="ddp", description="Data parallelism: PyTorch DDP, DeepSpeed ZeRO, or PyTorch FSDP."
+    strategy: Literal["ddp", "zero", "fsdp", "megatron"] = Field(
+        default="ddp",
+        description="Data parallelism: PyTorch DDP, DeepSpeed ZeRO, PyTorch FSDP, or Megatron-Core's DDP with its "
+        "distributed optimizer (use_distributed_optimizer).",
+    )
+    use_distributed_optimizer: bool = Field(
+        default=True,
+        description="Megatron-Core (strategy 'megatron'): shard the fp32 master weights and optimizer states over the "
+        "data-parallel ranks (6 + 12/d bytes per parameter with bf16 and Adam); False keeps them whole (18).",
     )
     zero_stage: Literal[0, 1, 2, 3] = Field(
         default=0,
@@ -269,8 +276,12 @@ class Parallelism(FrozenModel):
             raise FieldError(
                 "offload_parameters", "offload_parameters needs strategy 'zero' with zero_stage 3, or strategy 'fsdp'"
             )
-        if self.offload_optimizer and self.strategy == "ddp":
+        if self.offload_optimizer and self.strategy in ("ddp", "megatron"):
             raise FieldError("offload_optimizer", "offload_optimizer needs strategy 'zero' or 'fsdp'")
+        if self.offload_device == "nvme" and not (self.offload_optimizer or self.offload_parameters):
+            raise FieldError("offload_device", "offload_device 'nvme' needs offload_optimizer or offload_parameters")
+        if self.offload_device == "nvme" and self.strategy != "zero":
+            raise FieldError("offload_device", "offload_device 'nvme' is DeepSpeed ZeRO-Infinity: needs strategy 'zero'")
         if self.sequence_parallel and self.tensor_parallel_size == 1:
             raise FieldError("sequence_parallel", "sequence_parallel needs tensor_parallel_size > 1")
         data_parallel = self.num_gpus // model_parallel

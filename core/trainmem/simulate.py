@@ -32,7 +32,7 @@ from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
-from .parallel import deepspeed, dtensor_tp, fsdp
+from .parallel import ddp, deepspeed, dtensor_tp, fsdp
 from .timeline import MemoryAccount
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
@@ -347,7 +347,7 @@ def _count_only_states(plan: Plan) -> ModelStates:
     n = plan.num_parameters
     tensors = [TrainableTensor((n,))]
     states = state_bytes(plan.optimizer, tensors, precision.optimizer_state_dtype) // sharding.optimizer
-    master = n * 4 // sharding.optimizer if precision.master_weights else 0
+    master = n * 4 // sharding.optimizer if precision.master_weights or deepspeed.keeps_fp32_partition(plan) else 0
     offloaded = 0
     if plan.parallel.offload_optimizer:
         offloaded, states, master = states + master, 0, 0
@@ -415,13 +415,7 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     resident = _resident_gradient_buffer(plan)
     if resident:
         account.set("gradients", "gradients", states.gradients, resident)
-    if parallel.strategy == "ddp" and plan.data_parallel_size > 1:
-        account.set(
-            "overhead",
-            "DDP gradient buckets",
-            states.gradients,
-            "DDP copies gradients into flat all-reduce buckets (gradient_as_bucket_view=False)",
-        )
+    account.set("overhead", "DDP gradient buckets", ddp.gradient_bucket_bytes(plan, states.gradients), ddp.DETAIL)
     if deepspeed.bucket_is_resident(plan):
         account.set(
             "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_RESIDENT
