@@ -174,6 +174,8 @@ class TrainingStep:
     def _mark(self, phase: str, label: str) -> None:
         if self.tracker is not None:
             self.tracker.mark(phase, label, self.micro_batch)
+            if self.snapshot_hook is not None and phase in ("forward", "loss"):
+                self.snapshot_hook()  # ZeRO-3 swaps gathered tensors into param.data layer by layer
 
     def _install_markers(self) -> None:
         layers = decoder_layers(self.model)
