@@ -203,6 +203,8 @@ class TrainingStep:
         def hook(gradient: torch.Tensor) -> None:
             if self.tracker is not None:
                 self.tracker.mark("backward", label, micro_batch)
+                if self.snapshot_hook is not None:
+                    self.snapshot_hook()
 
         return hook
 
