@@ -89,6 +89,21 @@ MIXTRAL_SMALL = {"model_type": "mixtral", **FAMILY_COMMON, "intermediate_size": 
                  "num_experts_per_tok": 2}
 QWEN2_MOE_SMALL = {"model_type": "qwen2_moe", **FAMILY_COMMON, "num_key_value_heads": 8, "moe_intermediate_size": 128,
                    "shared_expert_intermediate_size": 256, "num_experts": 4, "num_experts_per_tok": 2}
+IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+OLMO2_SMALL = {"model_type": "olmo2", **FAMILY_COMMON, **IDS}
+STARCODER2_SMALL = {"model_type": "starcoder2", **FAMILY_COMMON, **IDS}
+STARCODER2_DROPOUT_SMALL = {**STARCODER2_SMALL, "residual_dropout": 0.1, "embedding_dropout": 0.1, "attention_dropout": 0.1}
+GEMMA3_SMALL = {"model_type": "gemma3_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 7, "head_dim": 32,
+                "sliding_window": 128}
+QWEN3_MOE_SMALL = {"model_type": "qwen3_moe", **FAMILY_COMMON, **IDS, "moe_intermediate_size": 128, "num_experts": 4,
+                   "num_experts_per_tok": 2, "head_dim": 32, "norm_topk_prob": True}
+QWEN2_MOE_DENSE_SMALL = {**QWEN2_MOE_SMALL, "mlp_only_layers": [0]}
+GRANITE_SMALL = {"model_type": "granite", **FAMILY_COMMON, **IDS, "embedding_multiplier": 12.0,
+                 "residual_multiplier": 0.22, "attention_multiplier": 0.0078125, "logits_scaling": 8.0}
+MISTRAL_WINDOW_SMALL = {**MISTRAL_SMALL, "sliding_window": 128}
+LLAMA4_SMALL = {"model_type": "llama4_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "intermediate_size": 256,
+                "intermediate_size_mlp": 512, "head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 1,
+                "interleave_moe_layer_step": 2}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -241,5 +256,42 @@ CASES: list[dict[str, Any]] = [
     case("qwen2moe-small-fp32-adamw-b2-s256", QWEN2_MOE_SMALL, batch=2, seq=256,
          description="Routed experts plus a gated shared expert."),
     case("qwen25-05b-ampbf16-adamw-b2-s1024-fake", "qwen2.5-0.5b", batch=2, seq=1024, precision="amp-bf16", fake=True),
+    # ---------------------------------------------------------------- families of 2025-2026 and MoE fine-tuning
+    case("olmo2-small-ampbf16-adamw-b2-s256", OLMO2_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="Post-norm layers; q/k RMSNorm over the whole projections."),
+    case("olmo2-small-bf16-lora-all-ckpt-b2-s256", OLMO2_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}, checkpointing="full"),
+    case("starcoder2-small-fp32-adamw-b2-s256", STARCODER2_SMALL, batch=2, seq=256,
+         description="LayerNorm, plain GELU MLP with biases, tied head."),
+    case("starcoder2-small-ampbf16-adamw-eager-dropout-b2-s256", STARCODER2_DROPOUT_SMALL, batch=2, seq=256,
+         precision="amp-bf16", attention="eager", description="Residual, embedding and attention dropout."),
+    case("gemma3-small-ampbf16-adamw-eager-b2-s256", GEMMA3_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager", description="Sliding window (128) shorter than the sequence; two rotary tables."),
+    case("gemma3-small-ampbf16-adamw-b2-s256", GEMMA3_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="SDPA with a sliding-window mask on five of the seven layers."),
+    case("qwen3moe-small-bf16-adamw-b2-s256", QWEN3_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         description="Per-head q/k norms, routed experts, no shared expert."),
+    case("qwen3moe-small-fp32-lora-all-b2-s256", QWEN3_MOE_SMALL, batch=2, seq=256,
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="PEFT adapts the router and both fused expert parameters (ParamWrapper)."),
+    case("qwen3moe-small-bf16-lora-all-b2-s256", QWEN3_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    case("qwen2moe-dense-small-fp32-adamw-b2-s256", QWEN2_MOE_DENSE_SMALL, batch=2, seq=256,
+         description="mlp_only_layers: a dense first layer before the MoE layers."),
+    case("mixtral-small-ampbf16-lora-all-ckpt-b2-s256", MIXTRAL_SMALL, batch=2, seq=256, precision="amp-bf16",
+         lora={"r": 8, "target_modules": "all-linear"}, checkpointing="full"),
+    case("granite-small-ampbf16-adamw-b2-s256", GRANITE_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="Embedding, residual and logits multipliers."),
+    case("mistral-window-small-ampbf16-adamw-b2-s512", MISTRAL_WINDOW_SMALL, batch=2, seq=512, precision="amp-bf16",
+         description="Sliding window (128) shorter than the sequence: SDPA gets a materialised mask."),
+    case("mistral-window-small-ampbf16-adamw-eager-b2-s512", MISTRAL_WINDOW_SMALL, batch=2, seq=512,
+         precision="amp-bf16", attention="eager"),
+    case("llama4-small-ampbf16-adamw-b2-s256", LLAMA4_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="Llama 4: dense and MoE layers interleaved, every expert on every token, NoPE layer 3."),
+    case("llama4-small-fp32-adamw-eager-ckpt-b2-s256", LLAMA4_SMALL, batch=2, seq=256, attention="eager",
+         checkpointing="full"),
+    case("qwen3-30b-a3b-bf16-lora-all-ckpt-b1-s1024-fake", "qwen3-30b-a3b", batch=1, seq=1024, precision="bf16-pure",
+         lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", fake=True,
+         description="Qwen3-30B-A3B LoRA on attention, routers and 128 fused experts per layer."),
 ]
 # fmt: on

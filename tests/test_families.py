@@ -54,6 +54,18 @@ FAMILY_CONFIGS: dict[str, dict] = {
     "gemma2": {"model_type": "gemma2", **SMALL, "intermediate_size": 96, "head_dim": 16},
     "gemma3_text": {"model_type": "gemma3_text", **SMALL, "num_hidden_layers": 7, "intermediate_size": 96, "head_dim": 16},
     "phi3": {"model_type": "phi3", **SMALL, "intermediate_size": 96},
+    "olmo2": {"model_type": "olmo2", **SMALL, "intermediate_size": 96},
+    "starcoder2": {"model_type": "starcoder2", **SMALL, "intermediate_size": 96},
+    "starcoder2-untied": {"model_type": "starcoder2", **SMALL, "intermediate_size": 96, "tie_word_embeddings": False, "use_bias": False},
+    "granite": {
+        "model_type": "granite", **SMALL, "intermediate_size": 96, "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22, "attention_multiplier": 0.0078125, "logits_scaling": 8.0,
+    },
+    "llama4_text": {
+        "model_type": "llama4_text", **SMALL, "num_hidden_layers": 4, "intermediate_size": 48,
+        "intermediate_size_mlp": 96, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 

@@ -62,7 +62,7 @@ def error_for(data: dict) -> list[tuple[str, str]]:
                     }
                 }
             },
-            "model.architecture",
+            "model.architecture.num_key_value_heads",
             "num_key_value_heads",
         ),
         ({"model": "gpt2", "headroom_fraction": 0.9}, "headroom_fraction", "0.5"),

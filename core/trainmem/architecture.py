@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple, Optional
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import FrozenModel
+from .errors import FieldError
 
 Probability = Field(default=0.0, ge=0.0, lt=1.0)
 
@@ -92,6 +93,23 @@ class Architecture(FrozenModel):
     not_counted: tuple[str, ...] = Field(
         default=(), description="Parts of the checkpoint not in this architecture (e.g. a VLM's vision tower)."
     )
+    embedding_multiplier: Optional[float] = Field(
+        default=None, description="Granite multiplies the embeddings by a Python float (a new tensor, nothing saved)."
+    )
+    residual_multiplier: Optional[float] = Field(
+        default=None, description="Granite scales each sub-block's output before the residual add."
+    )
+    logits_scaling: Optional[float] = Field(
+        default=None, description="Granite divides the logits by this before the loss (one more logits tensor)."
+    )
+    nope_layers: tuple[NonNegativeInt, ...] = Field(
+        default=(), description="Layers without rotary embeddings (Llama 4: every 4th layer, 'NoPE')."
+    )
+    layer_rope: bool = Field(default=True, description="Set on a NoPE layer kind (see layer_kinds): no RoPE here.")
+    qk_l2_norm: bool = Field(default=False, description="Llama 4: weightless L2 norm of q and k after RoPE (rope layers).")
+    attention_temperature_tuning: bool = Field(
+        default=False, description="Llama 4: NoPE layers scale q by a per-position factor (one fp32 product)."
+    )
     rope_sets: Literal[1, 2] = Field(
         default=1, description="Rotary tables per forward: Gemma 3 keeps one for global and one for local layers."
     )
@@ -99,17 +117,20 @@ class Architecture(FrozenModel):
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
         if self.num_attention_heads % self.kv_heads != 0:
-            raise ValueError(
+            raise FieldError(
+                "num_key_value_heads",
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.kv_heads})"
             )
         if self.head_dim is None and self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
+            raise FieldError(
+                "num_attention_heads",
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads}), or give head_dim"
             )
         if self.num_experts and self.num_experts_per_tok > self.num_experts:
-            raise ValueError(
+            raise FieldError(
+                "num_experts_per_tok",
                 f"num_experts_per_tok ({self.num_experts_per_tok}) cannot exceed num_experts ({self.num_experts})"
             )
         if self.dense_layers:
@@ -147,27 +168,31 @@ class Architecture(FrozenModel):
     def layer_kinds(self) -> tuple[LayerKind, ...]:
         """The distinct layers of the model, each a homogeneous Architecture with the layers it describes.
 
-        Most models have one kind. A MoE model with ``dense_layers`` has two: the dense layers (no
-        experts, MLP width ``dense_intermediate_size``) and the sparse ones.
+        Most models have one kind. A MoE model with ``dense_layers`` has a dense kind (no experts, MLP
+        width ``dense_intermediate_size``) besides the sparse one; ``nope_layers`` (Llama 4) split each
+        kind again into layers with and without RoPE. Kinds are listed by their first layer.
         """
-        if not self.dense_layers:
+        if not self.dense_layers and not self.nope_layers:
             return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
-        dense = frozenset(self.dense_layers)
-        sparse_indices = tuple(i for i in range(self.num_hidden_layers) if i not in dense)
-        dense_arch = self.model_copy(
-            update={
-                "num_experts": 0,
-                "num_experts_per_tok": 1,
-                "shared_expert_intermediate_size": 0,
-                "shared_expert_gate": False,
-                "intermediate_size": self.dense_intermediate_size or self.intermediate_size,
-                "dense_layers": (),
-                "dense_intermediate_size": None,
-            }
-        )
-        kinds = [LayerKind(dense_arch, tuple(sorted(dense)))]
-        if sparse_indices:
-            kinds.append(LayerKind(self.model_copy(update={"dense_layers": ()}), sparse_indices))
+        dense, nope = frozenset(self.dense_layers), frozenset(self.nope_layers)
+        signatures: dict[tuple[bool, bool], list[int]] = {}
+        for index in range(self.num_hidden_layers):
+            signatures.setdefault((index in dense, index in nope), []).append(index)
+        base = {"dense_layers": (), "dense_intermediate_size": None, "nope_layers": ()}
+        kinds = []
+        for (is_dense, is_nope), indices in signatures.items():
+            update = dict(base)
+            if is_dense:
+                update.update(
+                    num_experts=0,
+                    num_experts_per_tok=1,
+                    shared_expert_intermediate_size=0,
+                    shared_expert_gate=False,
+                    intermediate_size=self.dense_intermediate_size or self.intermediate_size,
+                )
+            if is_nope:
+                update["layer_rope"] = False
+            kinds.append(LayerKind(self.model_copy(update=update), tuple(indices)))
         return tuple(kinds)
 
     def kind_of_layer(self, index: int) -> int:

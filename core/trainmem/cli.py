@@ -23,8 +23,8 @@ from pydantic import ValidationError
 from .catalogs import gpus, optimizers, presets
 from .errors import one_line
 from .files import read_json_file
+from .inputs.record import InputError
 from .patch import merge_patch
-from .render import render_report
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -36,8 +36,15 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("setup", nargs="?", help="a setup JSON file (see `trainmem schema`); flags override its values")
+    parser.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="a setup JSON file (see `trainmem schema`), or the run's own files: TRL/TrainingArguments, DeepSpeed, "
+        "Accelerate, Axolotl, LLaMA-Factory, PEFT adapter_config.json, config.json; flags override their values",
+    )
     parser.add_argument("--json", action="store_true", help="print the full report as JSON")
+    _add_input_arguments(parser)
     parser.add_argument("--fail-if-not-fit", action="store_true", help="exit with status 1 when it does not fit")
     model = parser.add_argument_group("model")
     model.add_argument("--preset", help="a model preset (trainmem presets)")
@@ -82,16 +89,35 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--device", choices=["cuda", "cpu"], help="cpu replays a CPU measurement")
 
 
+def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    from .inputs.detect import KINDS
+    from .inputs.writers import FORMATS
+
+    files = parser.add_argument_group("trainer files")
+    files.add_argument("--from", dest="from_kind", choices=KINDS, help="read every FILE as this kind")
+    files.add_argument("--emit", choices=FORMATS, help="write the setup as this kind of file (to stdout)")
+    files.add_argument("--emit-to", metavar="PATH", help="write the --emit file here instead of stdout")
+    files.add_argument("--apply", type=int, metavar="N", help="apply suggestion N of the report first (1 = the first)")
+
+
 def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """The setup dict: the file's contents (if any) with the flags on top."""
+    """The setup dict: the setup file's contents (if any) with the flags on top."""
     setup: dict[str, Any] = {}
-    if args.setup:
+    files = list(getattr(args, "files", None) or [])
+    if len(files) > 1:
+        raise _InputError("setup: give one setup file (several files are read as trainer files)")
+    if files:
         try:
-            setup = read_json_file(args.setup, "setup file")
+            setup = read_json_file(files[0], "setup file")
         except ValueError as error:
             raise _InputError(f"setup: {error}") from None
         if not isinstance(setup, dict):
-            raise _InputError(f"setup: {args.setup!r} must hold a JSON object")
+            raise _InputError(f"setup: {files[0]!r} must hold a JSON object")
+    return merge_patch(setup, flag_patch(args))
+
+
+def flag_patch(args: argparse.Namespace) -> dict[str, Any]:
+    """The setup fields the flags set (a JSON merge patch)."""
     patch: dict[str, Any] = {}
     models = [m for m in ("preset", "hf_config", "num_parameters") if getattr(args, m) is not None]
     if len(models) > 1:
@@ -165,7 +191,7 @@ def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
         patch["gpu"] = {"memory_gib": args.gpu_memory_gib}
     if args.device is not None:
         patch["runtime"] = {"device": args.device}
-    return merge_patch(setup, patch)
+    return patch
 
 
 class _InputError(Exception):
@@ -173,15 +199,9 @@ class _InputError(Exception):
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from .estimate import estimate
+    from .inputs.cli import run_estimate
 
-    setup = setup_from_arguments(args)
-    report = estimate(setup)
-    if args.json:
-        print(report.model_dump_json(indent=2))
-    else:
-        print(render_report(report))
-    return 1 if args.fail_if_not_fit and not report.fit.fits else 0
+    return run_estimate(args, setup_from_arguments, flag_patch)
 
 
 def _catalog(kind: str, as_json: bool) -> int:
@@ -252,6 +272,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write(f"trainmem: error: {one_line(error)}\n")
         return 2
     except _InputError as error:
+        sys.stderr.write(f"trainmem: error: {error}\n")
+        return 2
+    except InputError as error:  # a trainer file that cannot be read (names the file and the key)
         sys.stderr.write(f"trainmem: error: {error}\n")
         return 2
     except BrokenPipeError:

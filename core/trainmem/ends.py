@@ -60,6 +60,10 @@ def trace_embedding(
     if arch.scale_embeddings:
         scaled = tape.mul(out, Sym(1, out.dtype, False))  # inputs_embeds * normalizer
         out = scaled
+    if arch.embedding_multiplier is not None:  # Granite: inputs_embeds * embedding_multiplier (a float)
+        scaled = tape.scale(out)
+        tape.release(out)
+        out = scaled
     dropped = tape.dropout(out, arch.embedding_dropout)
     if dropped is not out and arch.position_embedding == "learned":
         tape.release(out)  # the sum is not saved by dropout
@@ -99,6 +103,10 @@ def trace_loss_head(
         capped = tape.unary_saving_result("tanh", divided)
         tape.release(divided)
         logits = tape.scale(capped)
+    if arch.logits_scaling is not None:  # Granite: logits / logits_scaling
+        divided = tape.scale(logits)
+        tape.release(logits)
+        logits = divided
     logits32 = tape.to(logits, "fp32")
     loss = tape.cross_entropy(logits32, shape.tokens)
     tape.release(logits32, logits)

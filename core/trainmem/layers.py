@@ -170,6 +170,11 @@ class LayerProgram:
             result = tape.linear(x, weight, out_features, bias_param, saved_input)
         if not self.trainability.has_adapter(module):
             return result
+        if saved_input is not None and saved_input is not x:
+            # Sequence parallelism: PEFT's LoraParallelLinear (peft/tuners/lora/tp_layer.py) runs lora_A on
+            # the module's own input, the sequence shard; lora_B, a ColumnParallelLinear, all-gathers the
+            # rank-r activations over the sequence before its matmul.
+            return self._lora(module, saved_input, result, in_features, out_features, gather_rows=x.numel // in_features)
         return self._lora(module, x, result, in_features, out_features)
 
     def _dequantized_matmul(self, x: Sym, weight: Sym, in_features: int, out_features: int) -> Sym:
@@ -186,8 +191,11 @@ class LayerProgram:
             tape.release(x_in)
         return out
 
-    def _lora(self, module: str, x: Sym, result: Sym, in_features: int, out_features: int) -> Sym:
-        """PEFT ``lora.Linear.forward`` for one active adapter."""
+    def _lora(
+        self, module: str, x: Sym, result: Sym, in_features: int, out_features: int, gather_rows: int = 0
+    ) -> Sym:
+        """PEFT ``lora.Linear.forward`` for one active adapter (``gather_rows``: the rows lora_B's
+        sequence-parallel all-gather makes of lora_A's sharded output)."""
         tape = self.tape
         rank = self.kernels.lora_rank
         result_dtype = result.dtype
@@ -200,7 +208,13 @@ class LayerProgram:
             tape.release(dropped)
         if x_cast is not x:
             tape.release(x_cast)
-        up = tape.linear(down, lora_b, out_features)
+        if gather_rows:
+            gathered = tape.new(gather_rows * rank, down.dtype, down.requires_grad)
+            tape.record("all_gather", [], [down], [gathered])
+            up = tape.linear(gathered, lora_b, out_features, saved_input=down)
+            tape.release(gathered)
+        else:
+            up = tape.linear(down, lora_b, out_features)
         tape.release(down)
         scaled = tape.scale(up)
         tape.release(up)
@@ -229,10 +243,29 @@ class LayerProgram:
             produced = [q, k]
         if x_tp is not x:
             tape.release(x_tp)
+        q, k, heads_first = self._position_and_norm(q, k, produced)
+        if heads_first and self.kernels.attention == "fused":
+            # The fused kernel returns its output in q's (b, heads, s, d) layout, so o_proj's input is a
+            # contiguous copy (measured: torch 2.13 CPU, transformers 5.24 Phi-3).
+            out = self._attention_core(q, k, v)
+            merged = tape.copy(out)
+            tape.release(out)
+            out = merged
+        else:
+            out = self._attention_core(q, k, v)
+        tape.release(q, k, v)
+        projected = self.linear(names.o_proj, out, q_width, shape.hidden, arch.attention_output_bias)
+        tape.release(out)
+        return self._scatter_sequence(projected)
+
+    def _position_and_norm(self, q: Sym, k: Sym, produced: list[Sym]) -> tuple[Sym, Sym, bool]:
+        """q/k norms, then RoPE. Returns q, k and whether they are now laid out heads-first."""
+        arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
+        tokens, d = shape.tokens, shape.head_dim
         if arch.qk_norm:
             if arch.qk_norm_over == "projection":  # OLMo 2: RMSNorm over the whole q and k projections
-                q_normed = self.norm(names.q_norm, q, tokens, q_width)
-                k_normed = self.norm(names.k_norm, k, tokens, kv_width)
+                q_normed = self.norm(names.q_norm, q, tokens, shape.heads * d)
+                k_normed = self.norm(names.k_norm, k, tokens, shape.kv_heads * d)
             else:
                 q_normed = self.norm(names.q_norm, q, tokens * shape.heads, d)
                 k_normed = self.norm(names.k_norm, k, tokens * shape.kv_heads, d)
@@ -249,19 +282,7 @@ class LayerProgram:
                 q, k = tape.copy(q_rot), tape.copy(k_rot)
                 tape.release(q_rot, k_rot)
                 heads_first = True
-        if heads_first and self.kernels.attention == "fused":
-            # The fused kernel returns its output in q's (b, heads, s, d) layout, so o_proj's input is a
-            # contiguous copy (measured: torch 2.13 CPU, transformers 5.24 Phi-3).
-            out = self._attention_core(q, k, v)
-            merged = tape.copy(out)
-            tape.release(out)
-            out = merged
-        else:
-            out = self._attention_core(q, k, v)
-        tape.release(q, k, v)
-        projected = self.linear(names.o_proj, out, q_width, shape.hidden, arch.attention_output_bias)
-        tape.release(out)
-        return self._scatter_sequence(projected)
+        return q, k, heads_first
 
     def _rope(self, q: Sym) -> Sym:
         """``q * cos + rotate_half(q) * sin``; cos/sin carry the residual stream's dtype."""
@@ -459,6 +480,7 @@ class LayerProgram:
         routed_rows = shape.stream_tokens * shape.experts_per_token
         names = self.names
         router = Sym(arch.num_experts * h, self.kernels.weight_dtype, self.trainability.trains(names.router), "parameter")
+        router = self._lora_parameter(names.router, router, 1, h, arch.num_experts)
         logits = tape.linear(x, router, arch.num_experts)
         logits32 = tape.to(logits, "fp32")
         probs = tape.unary_saving_result("softmax", logits32)
@@ -473,14 +495,21 @@ class LayerProgram:
         trains = self.trainability.trains(names.experts)
         gate_up_weight = Sym(experts * 2 * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
         down_weight = Sym(experts * shape.intermediate * h, self.kernels.weight_dtype, trains, "parameter")
+        # PEFT's ParamWrapper computes each adapted expert parameter when the experts' forward first reads it
+        # (parametrize.cached): gate_up_proj first, down_proj when the second matmul runs.
+        gate_up_weight = self._lora_parameter(
+            f"{names.experts}.gate_up_proj", gate_up_weight, experts, h, 2 * shape.intermediate
+        )
         gate_up = tape.linear(gathered, gate_up_weight, 2 * shape.intermediate, in_features=h, op="grouped_mm")
         tape.release(gathered)
         gate, up = tape.split(gate_up, [gate_up.numel // 2, gate_up.numel // 2])
         activated = self._activation(gate)
         product = tape.mul(activated, up)
         tape.release(gate_up, activated)
+        down_weight = self._lora_parameter(f"{names.experts}.down_proj", down_weight, experts, shape.intermediate, h)
         down = tape.linear(product, down_weight, h, in_features=shape.intermediate, op="grouped_mm")
         tape.release(product)
+        tape.release(gate_up_weight, down_weight)  # the parametrization cache ends with the experts' forward
         weighted = tape.mul(down, weights)
         tape.release(down, weights)
         reordered = tape.gather(weighted, weighted.numel, routed_rows)  # weighted_out[inv_perm]
@@ -504,6 +533,45 @@ class LayerProgram:
             tape.release(out, shared)
             out = total
         return out
+
+    def _lora_parameter(self, path: str, weight: Sym, experts: int, in_features: int, out_features: int) -> Sym:
+        """PEFT's ``ParamWrapper`` around an adapted parameter (a router weight or a fused expert stack).
+
+        peft/tuners/lora/layer.py ``ParamWrapper._activate_lora``: for a stack of experts with one
+        adapter, ``_LoraFactorsProxy`` computes ``torch.baddbmm(W, lhs, rhs, alpha=scaling)`` with autocast
+        off (lhs (E, out, r), rhs (E, r, in): views of lora_B and lora_A cast to the parameter's dtype),
+        a new tensor the size of the whole stack that the expert matmul then saves for backward; for a
+        2-D parameter (the router), ``get_delta_weight`` makes ``B @ A * scaling`` (cast to the
+        parameter's dtype) and the parametrization returns ``W + delta``. ``gate_up_proj``'s rank is
+        2·r (PEFT's ``rank_pattern`` for the two fused projections).
+        """
+        if not self.trainability.has_adapter(path):
+            return weight
+        tape, kernels = self.tape, self.kernels
+        rank = kernels.lora_rank * (2 if path.endswith("gate_up_proj") else 1)
+        lora_a = Sym(experts * rank * in_features, kernels.adapter_dtype, True, "parameter")
+        lora_b = Sym(out_features * rank * experts, kernels.adapter_dtype, True, "parameter")
+        if experts > 1:
+            autocast, tape.autocast = tape.autocast, None
+            try:
+                lhs, rhs = tape.to(lora_b, weight.dtype), tape.to(lora_a, weight.dtype)
+                adapted = tape.new(weight.numel, weight.dtype, True)
+                tape.record("baddbmm", [rhs, lhs], [weight, lhs, rhs], [adapted])
+                for cast, original in ((lhs, lora_b), (rhs, lora_a)):
+                    if cast is not original:
+                        tape.release(cast)
+            finally:
+                tape.autocast = autocast
+            return adapted
+        delta = tape.matmul(lora_b, lora_a, weight.numel)
+        scaled = tape.scale(delta)
+        tape.release(delta)
+        cast = tape.to(scaled, weight.dtype)
+        if cast is not scaled:
+            tape.release(scaled)
+        adapted = tape.add(weight, cast)
+        tape.release(cast)
+        return adapted
 
     # ------------------------------------------------------------------ sequence parallelism
     def _gather_sequence(self, x: Sym) -> Sym:
@@ -567,9 +635,14 @@ class LayerProgram:
         return out
 
     def _residual_dropout(self, x: Sym) -> Sym:
+        """Dropout on a sub-block's output (Phi-3, GPT-2, StarCoder2), then Granite's residual multiplier."""
         dropped = self.tape.dropout(x, self.arch.residual_dropout)
         if dropped is not x:
             self.tape.release(x)
+        if self.arch.residual_multiplier is not None:  # hidden_states * residual_multiplier: a new tensor
+            scaled = self.tape.scale(dropped)
+            self.tape.release(dropped)
+            dropped = scaled
         return dropped
 
 

@@ -81,6 +81,19 @@ class LoraTargets:
     """Linear module paths (layer-relative) that carry an adapter."""
     experts: ExpertTargets
 
+    def adapts(self, path: str, names) -> bool:
+        """Whether ``path`` (a linear module, the router module, or ``<experts>.gate_up_proj`` /
+        ``<experts>.down_proj``) carries an adapter."""
+        if path in self.modules:
+            return True
+        if path == names.router:
+            return self.experts.router
+        if path == f"{names.experts}.gate_up_proj":
+            return bool(self.experts.gate_up_proj)
+        if path == f"{names.experts}.down_proj":
+            return bool(self.experts.down_proj)
+        return False
+
     def adapters_of(self, group: LayerGroup) -> list[AdapterTensor]:
         """The adapters of one layer of ``group``'s kind."""
         adapters = []

@@ -160,8 +160,9 @@ class Plan:
         return resolve_lora_targets(self.finetuning.lora, self.family, self.inventory)
 
     def has_adapter(self, module: str) -> bool:
+        """Whether LoRA adapts a linear module, or (MoE) the router or a fused expert parameter, by path."""
         targets = self.lora_targets
-        return targets is not None and module in targets.modules
+        return targets is not None and targets.adapts(module, self.family.names)
 
     @cached_property
     def trainability_key(self) -> tuple:

@@ -769,12 +769,13 @@ def _pending_tied_gradient(plan: Plan, stage: Stage) -> int:
 
 
 def _rotary_bytes(plan: Plan) -> int:
-    """RoPE's cos and sin, (1, s, d) each in the residual stream's dtype, computed once per forward."""
+    """The rotary tables computed once per forward (the family says which: cos and sin by default)."""
     arch = plan.architecture
     if arch is None or arch.position_embedding != "rope":
         return 0
     seq = plan.setup.sequence_length // plan.parallel.context_parallel_size
-    return arch.rope_sets * 2 * rounded(seq * arch.resolved_head_dim * DTYPE_BYTES[plan.precision.stream_dtype], plan.device)
+    tables = plan.family.rotary_tables_bytes(arch, seq, DTYPE_BYTES[plan.precision.stream_dtype])
+    return arch.rope_sets * sum(rounded(nbytes, plan.device) for nbytes in tables)
 
 
 def _resident_gradient_buffer(plan: Plan) -> str:

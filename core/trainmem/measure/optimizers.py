@@ -8,6 +8,7 @@ sgd                       ``torch.optim.SGD(lr=1e-3, momentum=0)``
 sgd-momentum              ``torch.optim.SGD(lr=1e-3, momentum=0.9)``
 adam                      ``torch.optim.Adam(lr=1e-3)``
 adamw                     ``torch.optim.AdamW(lr=1e-3)`` (weight_decay 0.01, its default)
+adam-amsgrad, adamw-amsgrad  the same with ``amsgrad=True``
 adafactor                 ``transformers.optimization.Adafactor(lr=1e-3, scale_parameter=False,
                           relative_step=False, warmup_init=False)``; its step is a loop
                           over parameters ("for-loop")
@@ -34,6 +35,8 @@ TORCH_OPTIMIZERS = {
     "sgd-momentum": (torch.optim.SGD, {"momentum": 0.9}),
     "adam": (torch.optim.Adam, {}),
     "adamw": (torch.optim.AdamW, {}),
+    "adam-amsgrad": (torch.optim.Adam, {"amsgrad": True}),
+    "adamw-amsgrad": (torch.optim.AdamW, {"amsgrad": True}),
 }
 ADAFACTOR_KWARGS = {"scale_parameter": False, "relative_step": False, "warmup_init": False}
 

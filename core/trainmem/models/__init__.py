@@ -23,11 +23,15 @@ from .family import DecoderFamily
 from .fields import ConfigFields, describe
 from .gemma import Gemma2, Gemma3Text
 from .gpt2 import GPT2
+from .granite import Granite
 from .llama import Llama
+from .llama4 import Llama4Text
 from .mistral import Mistral, Mixtral
+from .olmo2 import Olmo2
 from .phi3 import Phi3
 from .qwen2 import Qwen2, Qwen2Moe
 from .qwen3 import Qwen3, Qwen3Moe
+from .starcoder2 import Starcoder2
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     GPT2,
@@ -41,6 +45,10 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Gemma2,
     Gemma3Text,
     Phi3,
+    Olmo2,
+    Starcoder2,
+    Granite,
+    Llama4Text,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
@@ -48,6 +56,7 @@ FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_C
 
 MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
     "gemma3": "gemma3_text",
+    "llama4": "llama4_text",
     "llava": "llama",
     "llava_next": "llama",
     "mistral3": "mistral",
@@ -57,7 +66,18 @@ MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
     "smolvlm": "llama",
 }
 """Multimodal ``model_type`` -> the family of its language model when ``text_config`` names none
-(the default ``text_config`` class of the transformers wrapper)."""
+(the default ``text_config`` class of the transformers wrapper), or when the language model's fields
+sit at the top level of the file (Qwen2-VL and Qwen2.5-VL checkpoints are written so)."""
+
+TEXT_MODEL_ALIASES: dict[str, str] = {
+    "qwen2_vl_text": "qwen2",
+    "qwen2_5_vl_text": "qwen2",
+    "qwen3_vl_text": "qwen3",
+    "qwen3_vl_moe_text": "qwen3_moe",
+}
+"""Language models of multimodal wrappers whose parameters are laid out as another family's
+(checked on the meta device: the same tensors as Qwen2 / Qwen3; their multimodal RoPE changes the
+positions, not the shapes)."""
 
 class _Custom(Llama):
     """Explicit architectures (``model_type`` "custom" or not a family's): Llama's module names,
@@ -93,7 +113,15 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
         raise fields.fail("model_type", f"expected a string, got {describe(model_type)}")
     if model_type in FAMILIES:
         return _read(FAMILIES[model_type], fields, ())
+    if model_type in TEXT_MODEL_ALIASES:
+        family = FAMILIES[TEXT_MODEL_ALIASES[model_type]]
+        arch = _read(family, ConfigFields({**config, "model_type": family.model_type}, prefix), ())
+        return arch
     text_config = fields.mapping("text_config")
+    if text_config is None and model_type in MULTIMODAL_TEXT_MODEL_TYPES and "hidden_size" in config:
+        text_type = MULTIMODAL_TEXT_MODEL_TYPES[model_type]
+        arch = _read(FAMILIES[text_type], ConfigFields({**config, "model_type": text_type}, prefix), ())
+        return arch.model_copy(update={"not_counted": (f"the vision tower and projector of {model_type} (not yet counted)",)})
     if text_config is not None:
         text_fields = dict(text_config)
         text_type = text_fields.get("model_type")
@@ -101,7 +129,7 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
             text_type = MULTIMODAL_TEXT_MODEL_TYPES.get(model_type or "")
             if text_type is not None:
                 text_fields["model_type"] = text_type
-        if text_type in FAMILIES or text_type is None:
+        if text_type in TEXT_MODEL_ALIASES or text_type in FAMILIES or text_type is None:
             arch = architecture_from_hf_config(text_fields, fields.path("text_config"))
             wrapper = model_type or "multimodal"
             return arch.model_copy(
@@ -120,26 +148,18 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
 
 
 def _read(family: DecoderFamily, fields: ConfigFields, notes: tuple[str, ...]) -> Architecture:
-    try:
-        arch = family.read_config(fields)
-    except FieldError:
-        raise
-    except ValueError as error:  # a cross-field check of the Architecture (heads, experts, ...)
-        raise FieldError(fields.prefix or "hf_config", _validation_message(error)) from None
-    return arch
-
-
-def _validation_message(error: ValueError) -> str:
+    """The family's reader; a cross-field check of the Architecture is re-raised naming its field."""
     from pydantic import ValidationError
 
-    if isinstance(error, ValidationError):
-        problems = []
-        for item in error.errors(include_url=False):
-            location = ".".join(str(part) for part in item["loc"])
-            message = item["msg"].removeprefix("Value error, ")
-            problems.append(f"{location}: {message}" if location else message)
-        return "; ".join(problems)
-    return str(error)
+    try:
+        return family.read_config(fields)
+    except ValidationError as error:
+        problem = error.errors(include_url=False)[0]
+        cause = (problem.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            raise fields.fail(cause.field, str(cause)) from None
+        location = ".".join(str(part) for part in problem["loc"]) or "model_type"
+        raise fields.fail(location, problem["msg"].removeprefix("Value error, ")) from None
 
 
 __all__ = ["FAMILIES", "DecoderFamily", "architecture_from_hf_config", "family_for", "supported_model_types"]

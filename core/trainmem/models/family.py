@@ -87,6 +87,11 @@ class DecoderFamily:
             )
         return tensors
 
+    def rotary_tables_bytes(self, arch: Architecture, seq: int, stream_bytes: int) -> list[int]:
+        """The tensors one forward's rotary embedding returns per rope set: cos and sin, (1, s, d) each
+        in the residual stream's dtype (``LlamaRotaryEmbedding.forward``), before the allocator's rounding."""
+        return [seq * arch.resolved_head_dim * stream_bytes] * 2
+
     def quantized_by_bitsandbytes(self, tensor: ParameterTensor) -> bool:
         """A 4-/8-bit load replaces ``nn.Linear`` modules of the decoder layers (not the output head)."""
         return tensor.linear_features is not None and tensor.group != "lm_head"

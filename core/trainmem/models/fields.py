@@ -5,7 +5,7 @@ transformers configuration class for a field the file leaves out (or sets to ``n
 the wrong type is one :class:`~trainmem.errors.FieldError` naming it, e.g.
 ``model.hf_config.n_embd: expected an integer, got the string "768"``: a string is never read as a
 number (``"768"``) or a boolean (``"false"`` would be true in Python), a float never as an integer
-unless it is integral (``4096.0`` is what some exporters write), a boolean never as a number.
+(transformers 5's strict configuration dataclasses refuse ``4096.0`` too), a boolean never as a number.
 Sizes are bounded by :data:`MAX_SIZE` so a typo cannot start a computation of 10⁹ layers.
 """
 
@@ -77,7 +77,7 @@ class ConfigFields:
         maximum: int = MAX_SIZE,
         aliases: Sequence[str] = (),
     ) -> int:
-        """An integer field (or the first alias present); integral floats are accepted."""
+        """An integer field (or the first alias present)."""
         for key in (name, *aliases):
             value = self.config.get(key)
             if value is not None:
@@ -91,14 +91,12 @@ class ConfigFields:
         return None if value is None else self._as_integer(name, value, minimum, maximum)
 
     def _as_integer(self, name: str, value: Any, minimum: int, maximum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # transformers 5's configuration classes are strict dataclasses: an int field refuses 4096.0 too.
+        if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(name, f"expected an integer, got {describe(value)}")
-        if isinstance(value, float):
-            if not math.isfinite(value) or not value.is_integer():
-                raise self.fail(name, f"expected an integer, got {describe(value)}")
-            value = int(value)
         if value < minimum:
-            raise self.fail(name, f"must be at least {minimum}, got {value}")
+            bound = "greater than 0" if minimum == 1 else f"at least {minimum}"
+            raise self.fail(name, f"must be {bound}, got {value}")
         if value > maximum:
             raise self.fail(name, f"must be at most {maximum:,}, got {value:,}")
         return value
