@@ -118,3 +118,45 @@ def test_the_text_report_shows_host_ram_when_offloading(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "Host RAM per node (8 ranks)" in out and "model load" in out
+
+
+@pytest.mark.parametrize(("pipeline", "virtual"), [(4, 2), (8, 3), (4, 5)])
+def test_interleaved_first_stage_holds_korthikanti_factor_of_the_layers(pipeline, virtual):
+    """Korthikanti et al. 2022, 4.2.3: the first stage of an interleaved schedule holds
+    L × (1 + (p − 1)/(p·v)) layers' activations (L without interleaving)."""
+    base = {
+        "model": {"preset": "llama-2-13b"},
+        "micro_batch_size": 1,
+        "sequence_length": 2048,
+        "gradient_accumulation_steps": 16,
+        "parallelism": {"num_gpus": pipeline, "pipeline_parallel_size": pipeline},
+    }
+    plain = trainmem.estimate(base, suggestions=False)
+    interleaved = trainmem.estimate(
+        {**base, "parallelism": {**base["parallelism"], "pipeline_virtual_stages": virtual}}, suggestions=False
+    )
+    own = 40 // pipeline
+    per_layer = part(plain.ranks[0], "earlier micro-batches in flight") / ((pipeline - 1) * own)
+    held = part(interleaved.ranks[0], "earlier micro-batches in flight")
+    assert (held + own * per_layer) / (40 * per_layer) == pytest.approx(1 + (pipeline - 1) / (pipeline * virtual))
+
+
+def test_new_parallel_fields_refuse_what_they_cannot_mean():
+    with pytest.raises(ValueError, match="pipeline_virtual_stages"):
+        trainmem.estimate({"model": {"preset": "gpt2"}, "parallelism": {"pipeline_virtual_stages": 2}})
+    with pytest.raises(ValueError, match="offload_device"):
+        trainmem.estimate({"model": {"preset": "gpt2"}, "parallelism": {"num_gpus": 2, "offload_device": "nvme"}})
+    with pytest.raises(ValueError, match="offload_optimizer"):
+        trainmem.estimate(
+            {"model": {"preset": "gpt2"}, "parallelism": {"num_gpus": 2, "strategy": "megatron", "offload_optimizer": True}}
+        )
+
+
+def test_megatron_distributed_optimizer_shards_only_main_params_and_states():
+    report = trainmem.estimate(
+        {"model": {"num_parameters": 10**9}, "precision": "bf16-mixed", "optimizer": "adam",
+         "parallelism": {"num_gpus": 8, "strategy": "megatron"}},
+        suggestions=False,
+    )
+    assert report.resolved.precision_recipe == "bf16-master-weights-fp32-grads"
+    assert "ZeRO reduce bucket" not in {p.name for p in report.parts}

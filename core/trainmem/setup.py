@@ -203,6 +203,11 @@ class Parallelism(FrozenModel):
     offload_parameters: bool = Field(default=False, description="Weights in CPU memory (ZeRO-3 / FSDP only).")
     tensor_parallel_size: PositiveInt = 1
     pipeline_parallel_size: PositiveInt = 1
+    pipeline_virtual_stages: PositiveInt = Field(
+        default=1,
+        description="Megatron virtual_pipeline_model_parallel_size: model chunks per pipeline rank (interleaved 1F1B); "
+        "1: the plain 1F1B schedule.",
+    )
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tensor parallel).")
     context_parallel_size: PositiveInt = 1
     expert_parallel_size: PositiveInt = 1
@@ -278,6 +283,8 @@ class Parallelism(FrozenModel):
             )
         if self.offload_optimizer and self.strategy in ("ddp", "megatron"):
             raise FieldError("offload_optimizer", "offload_optimizer needs strategy 'zero' or 'fsdp'")
+        if self.pipeline_virtual_stages > 1 and self.pipeline_parallel_size == 1:
+            raise FieldError("pipeline_virtual_stages", "pipeline_virtual_stages > 1 needs pipeline_parallel_size > 1")
         if self.offload_device == "nvme" and not (self.offload_optimizer or self.offload_parameters):
             raise FieldError("offload_device", "offload_device 'nvme' needs offload_optimizer or offload_parameters")
         if self.offload_device == "nvme" and self.strategy != "zero":

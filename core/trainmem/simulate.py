@@ -32,7 +32,7 @@ from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
-from .parallel import ddp, deepspeed, dtensor_tp, fsdp
+from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
 from .timeline import MemoryAccount
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
@@ -559,12 +559,19 @@ def _micro_batch(
         return trace.saved_activation_bytes, trace.saved_weight_copy_bytes
 
     if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
-        held = (in_flight - 1) * sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
+        per_layer = sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
+        layers = megatron.earlier_micro_batches_layers(plan, stage)
+        held = int(layers * per_layer / max(1, stage.num_layers))
+        schedule = (
+            f"interleaved 1F1B, {plan.parallel.pipeline_virtual_stages} virtual stages"
+            if plan.parallel.pipeline_virtual_stages > 1 and stage.index == 0
+            else "1F1B schedule"
+        )
         account.set(
             "activations",
             "earlier micro-batches in flight",
             held,
-            f"{in_flight - 1} micro-batches waiting for their backward (1F1B schedule)",
+            f"{in_flight - 1} micro-batches waiting for their backward ({schedule})",
         )
 
     # ---- forward
