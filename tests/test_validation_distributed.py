@@ -62,3 +62,11 @@ def test_open_cases_are_still_open(measurement):
 def test_parameter_counts_are_exact(measurement):
     report = trainmem.estimate(measurement.setup, suggestions=False)
     assert report.num_parameters == measurement.num_parameters
+
+
+def test_validate_distributed_prints_every_rank(capsys):
+    from trainmem.validate import main
+
+    assert main(["--distributed"]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp2-llama-7m-fp32-w2-rank1" in out and f"{len(CORPUS)} cases" in out
