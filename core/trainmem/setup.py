@@ -219,6 +219,11 @@ class Parallelism(FrozenModel):
         description="DeepSpeed zero_optimization.reduce_bucket_size, in elements (5e8 by default). DeepSpeed 0.19 "
         "allocates the bucket at this size whatever the model's size.",
     )
+    zero3_max_live_parameters: PositiveInt = Field(
+        default=1_000_000_000,
+        description="DeepSpeed stage3_max_live_parameters (1e9): a model at most this large stays gathered from "
+        "forward to backward under ZeRO-3.",
+    )
     zero_overlap_comm: Optional[bool] = Field(
         default=None,
         description="DeepSpeed zero_optimization.overlap_comm (a second reduce bucket); None: DeepSpeed's default "

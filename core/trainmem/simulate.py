@@ -541,8 +541,12 @@ def _micro_batch(
     gathered_by_kind = {kind: _gathered_weights(plan, layer) for kind, layer in states.gathered_layer_weights.items()}
     gathered_detail = next((detail for _, detail in gathered_by_kind.values() if detail), "")
     gathered_any = any(bytes_ for bytes_, _ in gathered_by_kind.values())
-    ends_gathered = 0 if fsdp.runs_fsdp2(plan) else _gathered_vocabulary_weights(plan)
-    kept_by_kind = {kind: fsdp.kept_after_forward(plan, layer) for kind, layer in states.gathered_layer_weights.items()}
+    zero3_keeps = deepspeed.zero3_keeps_everything_gathered(plan)
+    ends_gathered = 0 if fsdp.runs_fsdp2(plan) or zero3_keeps else _gathered_vocabulary_weights(plan)
+    kept_by_kind = {
+        kind: fsdp.kept_after_forward(plan, layer) + deepspeed.kept_after_forward(plan, layer)
+        for kind, layer in states.gathered_layer_weights.items()
+    }
     stream = rounded(
         _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype],
         plan.device,
@@ -586,8 +590,15 @@ def _micro_batch(
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
     account.set("parameters", "FSDP root unit (unsharded)", fsdp.root_unit_bytes(plan, stage), fsdp.ROOT_DETAIL)
+    if zero3_keeps:
+        account.set("parameters", "persistent gathered parameters", 0)  # among the kept ones now
+        account.set(
+            "parameters", "gathered embedding and head", fsdp.ends_bytes(plan, stage), deepspeed.ZERO3_KEPT_DETAIL
+        )
     if any(kept_by_kind.values()):
-        account.details[("parameters", "unsharded layers kept for backward")] = fsdp.KEPT_DETAIL
+        account.details[("parameters", "unsharded layers kept for backward")] = (
+            deepspeed.ZERO3_KEPT_DETAIL if zero3_keeps else fsdp.KEPT_DETAIL
+        )
     cache_detail = "weight casts autocast keeps until the forward's autocast region exits"
     account.details[("parameters", copies_name)] = copies_detail
     account.details[("parameters", "autocast cache")] = cache_detail
@@ -760,6 +771,9 @@ def _micro_batch(
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)
     account.set("parameters", "FSDP root unit (unsharded)", 0)
+    account.set("parameters", "gathered embedding and head", 0)
+    if zero3_keeps:
+        account.set("parameters", "persistent gathered parameters", _persistent_small_params(plan))
     if not deepspeed.bucket_is_resident(plan):
         account.set("overhead", "ZeRO reduce bucket", 0)  # cleared by the backward's epilogue
 

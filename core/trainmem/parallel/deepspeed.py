@@ -64,3 +64,30 @@ def keeps_fp32_partition(plan: "Plan") -> bool:
     """DeepSpeed ZeRO keeps an fp32 copy of the rank's partition whatever the model's dtype."""
     parallel = plan.parallel
     return parallel.strategy == "zero" and parallel.zero_stage >= 1
+
+
+ZERO3_KEPT_DETAIL = (
+    "ZeRO-3 keeps gathered parameters for reuse: the model is under stage3_max_live_parameters, so nothing "
+    "is released between forward and backward"
+)
+
+
+def zero3_keeps_everything_gathered(plan: "Plan") -> bool:
+    """ZeRO-3 releases a gathered parameter only when more than ``stage3_max_live_parameters`` (1e9) are
+    live or its next use is further than ``stage3_max_reuse_distance`` (1e9 elements)
+    (``PartitionedParameterCoordinator.release_sub_module``, deepspeed/runtime/zero/
+    partitioned_param_coordinator.py). For a model whose layers hold fewer elements than the limit,
+    every layer gathered in forward stays gathered until its backward, and the embedding and head
+    until the end of the backward (measured: ``zero3-llama-7m-*``, the whole 7M-parameter model
+    gathered at the peak). Larger models are treated as releasing each layer (all-or-nothing: the
+    partial case in between is not modelled)."""
+    parallel = plan.parallel
+    if not (parallel.strategy == "zero" and parallel.zero_stage == 3 and plan.sharding.weights > 1):
+        return False
+    if plan.inventory is None:
+        return False
+    return plan.num_parameters <= parallel.zero3_max_live_parameters
+
+
+def kept_after_forward(plan: "Plan", layer_bytes: int) -> int:
+    return layer_bytes if zero3_keeps_everything_gathered(plan) else 0

@@ -51,6 +51,11 @@ def root_unit_bytes(plan: "Plan", stage: "Stage") -> int:
     """Unsharded weights of the root unit: every tensor outside the decoder layers, in the compute dtype."""
     if not runs_fsdp2(plan):
         return 0
+    return ends_bytes(plan, stage)
+
+
+def ends_bytes(plan: "Plan", stage: "Stage") -> int:
+    """Every tensor of the stage outside the decoder layers (embedding, final norm, head), whole, in the compute dtype."""
     compute = DTYPE_BYTES[plan.precision.compute_weight_dtype]
     return sum(s.total_numel for s in plan.slices(stage) if not s.layer_scope) * compute
 
