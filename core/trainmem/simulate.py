@@ -660,10 +660,6 @@ def _micro_batch(
         )
         account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
         grads_now = head.backward_peak_grad_bytes
-        if not deepspeed.bucket_is_resident(plan):
-            account.set(
-                "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_BACKWARD
-            )
         account.record(
             "loss backward" + suffix,
             "backward",
@@ -683,6 +679,12 @@ def _micro_batch(
         )
         account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
         account.add("parameters", copies_name, -head.saved_weight_copy_bytes)
+        if not deepspeed.bucket_is_resident(plan) and deepspeed.reduce_bucket_bytes(plan):
+            # setup_buckets runs when the first parameter gradient (the head's) arrives: after the loss's backward.
+            account.set(
+                "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_BACKWARD
+            )
+            account.record("reduce bucket" + suffix, "backward", micro_batch)
         pending = _pending_tied_gradient(plan, stage)
         # A tied head's gradient of the embedding waits in the autograd engine for the embedding's own.
         account.set(
