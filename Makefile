@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-core bench clean site serve bench-site lint-workflows
+.PHONY: setup test test-core bench clean site serve bench-site lint-workflows validate-cuda
 
 setup: $(STAMP)
 
@@ -24,6 +24,12 @@ test: setup site lint-workflows
 
 bench: setup
 	$(BIN)/python benchmarks/bench_estimate.py
+
+# On a machine with one NVIDIA GPU and `pip install 'trainmem[measure]'` (CUDA torch): measure the
+# CUDA cases (scripts/cuda_cases.py, under 8 minutes), append them to the corpus, print predicted vs
+# measured. Uses the Python it finds (PYTHON=...), not the CPU-only .venv.
+validate-cuda:
+	PYTHONPATH=core $(PYTHON) scripts/validate_cuda.py
 
 clean:
 	rm -rf $(VENV) build dist _site core/*.egg-info .pytest_cache .hypothesis

@@ -101,6 +101,7 @@ QWEN2_MOE_DENSE_SMALL = {**QWEN2_MOE_SMALL, "mlp_only_layers": [0]}
 GRANITE_SMALL = {"model_type": "granite", **FAMILY_COMMON, **IDS, "embedding_multiplier": 12.0,
                  "residual_multiplier": 0.22, "attention_multiplier": 0.0078125, "logits_scaling": 8.0}
 MISTRAL_WINDOW_SMALL = {**MISTRAL_SMALL, "sliding_window": 128}
+PYTHIA_SMALL = {"model_type": "gpt_neox", **FAMILY_COMMON, "num_key_value_heads": 8, "rotary_pct": 0.25, **IDS}
 LLAMA4_SMALL = {"model_type": "llama4_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "intermediate_size": 256,
                 "intermediate_size_mlp": 512, "head_dim": 32, "num_local_experts": 4, "num_experts_per_tok": 1,
                 "interleave_moe_layer_step": 2}
@@ -290,6 +291,10 @@ CASES: list[dict[str, Any]] = [
          description="Llama 4: dense and MoE layers interleaved, every expert on every token, NoPE layer 3."),
     case("llama4-small-fp32-adamw-eager-ckpt-b2-s256", LLAMA4_SMALL, batch=2, seq=256, attention="eager",
          checkpointing="full"),
+    case("pythia-small-fp32-adamw-b2-s256", PYTHIA_SMALL, batch=2, seq=256,
+         description="GPT-NeoX: per-head fused qkv, partial rotary (0.25) with a cat, parallel residual."),
+    case("pythia-small-ampbf16-lora-attn-eager-b2-s256", PYTHIA_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager", lora={"r": 8}, description="LoRA with PEFT's default target for GPT-NeoX (query_key_value)."),
     case("qwen3-30b-a3b-bf16-lora-all-ckpt-b1-s1024-fake", "qwen3-30b-a3b", batch=1, seq=1024, precision="bf16-pure",
          lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", fake=True,
          description="Qwen3-30B-A3B LoRA on attention, routers and 128 fused experts per layer."),

@@ -66,6 +66,11 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "intermediate_size_mlp": 96, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1,
         "interleave_moe_layer_step": 2,
     },
+    "gpt_neox": {"model_type": "gpt_neox", **SMALL, "num_key_value_heads": 4, "intermediate_size": 256, "rotary_pct": 0.25},
+    "gpt_neox-serial": {
+        "model_type": "gpt_neox", **SMALL, "num_key_value_heads": 4, "intermediate_size": 256,
+        "use_parallel_residual": False, "tie_word_embeddings": True,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 

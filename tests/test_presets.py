@@ -40,6 +40,9 @@ PUBLISHED_COUNTS = {
     "starcoder2-3b": 3_030_371_328,
     "llama-4-scout": 107_769_861_120,
     "llama-4-maverick": 400_711_848_960,
+    "pythia-1.4b": 1_414_647_808,
+    "pythia-6.9b": 6_857_302_016,
+    "pythia-12b": 11_846_072_320,
 }
 
 REQUIRED_PRESETS = [

@@ -102,6 +102,19 @@ class Architecture(FrozenModel):
     logits_scaling: Optional[float] = Field(
         default=None, description="Granite divides the logits by this before the loss (one more logits tensor)."
     )
+    partial_rotary_factor: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="Share of each head's dims that RoPE rotates (GPT-NeoX: 0.25)."
+    )
+    parallel_residual: bool = Field(
+        default=False, description="GPT-NeoX: x + attention(norm1(x)) + mlp(norm2(x)) in one residual step."
+    )
+    sliding_window: Optional[PositiveInt] = Field(
+        default=None, description="Sliding-window attention span (Mistral, Gemma 2/3, gpt-oss); None for none."
+    )
+    sliding_layers: Optional[tuple[NonNegativeInt, ...]] = Field(
+        default=None, description="The layers that use the window (None: every layer, when sliding_window is set)."
+    )
+    layer_sliding: bool = Field(default=False, description="Set on a sliding-window layer kind (see layer_kinds).")
     nope_layers: tuple[NonNegativeInt, ...] = Field(
         default=(), description="Layers without rotary embeddings (Llama 4: every 4th layer, 'NoPE')."
     )
@@ -152,6 +165,11 @@ class Architecture(FrozenModel):
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
     @property
+    def rotary_dim(self) -> int:
+        """Dims of each head that RoPE rotates (``int(head_dim * partial_rotary_factor)``, as transformers)."""
+        return int(self.resolved_head_dim * self.partial_rotary_factor)
+
+    @property
     def query_width(self) -> int:
         """a·d: the width of the concatenated query heads (and of attention's output)."""
         return self.num_attention_heads * self.resolved_head_dim
@@ -172,16 +190,18 @@ class Architecture(FrozenModel):
         width ``dense_intermediate_size``) besides the sparse one; ``nope_layers`` (Llama 4) split each
         kind again into layers with and without RoPE. Kinds are listed by their first layer.
         """
-        if not self.dense_layers and not self.nope_layers:
+        sliding = frozenset(self.window_layers())
+        if not self.dense_layers and not self.nope_layers and not sliding:
             return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
         dense, nope = frozenset(self.dense_layers), frozenset(self.nope_layers)
-        signatures: dict[tuple[bool, bool], list[int]] = {}
+        signatures: dict[tuple[bool, bool, bool], list[int]] = {}
         for index in range(self.num_hidden_layers):
-            signatures.setdefault((index in dense, index in nope), []).append(index)
-        base = {"dense_layers": (), "dense_intermediate_size": None, "nope_layers": ()}
+            signatures.setdefault((index in dense, index in nope, index in sliding), []).append(index)
+        base = {"dense_layers": (), "dense_intermediate_size": None, "nope_layers": (), "sliding_layers": ()}
         kinds = []
-        for (is_dense, is_nope), indices in signatures.items():
+        for (is_dense, is_nope, is_sliding), indices in signatures.items():
             update = dict(base)
+            update["layer_sliding"] = is_sliding
             if is_dense:
                 update.update(
                     num_experts=0,
@@ -194,6 +214,14 @@ class Architecture(FrozenModel):
                 update["layer_rope"] = False
             kinds.append(LayerKind(self.model_copy(update=update), tuple(indices)))
         return tuple(kinds)
+
+    def window_layers(self) -> tuple[int, ...]:
+        """The layers whose attention has a sliding window."""
+        if self.sliding_window is None:
+            return ()
+        if self.sliding_layers is None:
+            return tuple(range(self.num_hidden_layers))
+        return self.sliding_layers
 
     def kind_of_layer(self, index: int) -> int:
         """The position in :meth:`layer_kinds` of the kind that layer ``index`` belongs to."""

@@ -87,6 +87,11 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--gpu-memory-gib", type=float, help="a custom GPU with this much memory")
     hw.add_argument("--headroom", type=float, dest="headroom_fraction", help="fraction to keep free (default 0.10)")
     hw.add_argument("--device", choices=["cuda", "cpu"], help="cpu replays a CPU measurement")
+    hw.add_argument(
+        "--alloc-conf",
+        dest="cuda_alloc_conf",
+        help="PYTORCH_CUDA_ALLOC_CONF to replay the caching allocator with, e.g. expandable_segments:True",
+    )
 
 
 def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -191,6 +196,8 @@ def flag_patch(args: argparse.Namespace) -> dict[str, Any]:
         patch["gpu"] = {"memory_gib": args.gpu_memory_gib}
     if args.device is not None:
         patch["runtime"] = {"device": args.device}
+    if args.cuda_alloc_conf is not None:
+        patch.setdefault("runtime", {})["cuda_alloc_conf"] = args.cuda_alloc_conf
     return patch
 
 

@@ -110,7 +110,7 @@ def trace_loss_head(
     logits32 = tape.to(logits, "fp32")
     loss = tape.cross_entropy(logits32, shape.tokens)
     tape.release(logits32, logits)
-    return _finish(tape, loss, parameter_grads_exist)
+    return _finish(tape, loss, parameter_grads_exist, x)
 
 
 def trace_chunked_loss_head(
@@ -148,7 +148,7 @@ def trace_chunked_loss_head(
     loss = tape.new(1, "fp32", True)
     tape.record("fused_linear_cross_entropy", [grad_input, grad_weight], [normed, weight], [loss])
     tape.release(normed)
-    return _finish(tape, loss, parameter_grads_exist)
+    return _finish(tape, loss, parameter_grads_exist, x)
 
 
 def _head_trains(arch: Architecture, trainability: Trainability) -> bool:
@@ -158,5 +158,5 @@ def _head_trains(arch: Architecture, trainability: Trainability) -> bool:
     return trainability.trains(names.embed_tokens if arch.tie_word_embeddings else names.lm_head)
 
 
-def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool) -> Trace:
-    return replay(tape, [loss], tape.peak_live_bytes, loss.nbytes, False, parameter_grads_exist)
+def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool, x: Sym) -> Trace:
+    return replay(tape, [loss], tape.peak_live_bytes, loss.nbytes, False, parameter_grads_exist, x)

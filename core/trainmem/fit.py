@@ -1,7 +1,9 @@
 """Does it fit? The verdict against a GPU, with headroom.
 
-Headroom is memory deliberately left free for what no estimate sees coming: allocator
-fragmentation beyond the modelled reserve, a longer-than-usual batch, a library upgrade.
+On CUDA the verdict judges the upper bound (``trainmem.cuda.memory``: the replayed reserved
+peak, the parts outside the allocator at their upper figures and a stated margin), so that an
+estimate does not under-predict. Headroom is memory deliberately left free on top of it: a
+longer-than-usual batch, a library upgrade.
 10–15% is the usual advice; the setup's ``headroom_fraction`` (default 10%) sets it.
 """
 
@@ -31,15 +33,17 @@ def resolve_gpu(setup: Setup) -> GPU:
     return gpus()[setup.gpu]
 
 
-def verdict(gpu: GPU, required_bytes: int, headroom_fraction: float) -> FitVerdict:
+def verdict(gpu: GPU, required_bytes: int, headroom_fraction: float, what: str = "") -> FitVerdict:
+    """``what`` names the figure judged (e.g. "upper bound"), shown in the message."""
     capacity = gpu.memory_bytes
+    needs = f"{what} " if what else ""
     usable = int(capacity * (1 - headroom_fraction))
     free = capacity - required_bytes
     if required_bytes <= usable:
         status, message = (
             "fits",
             (
-                f"Fits on {gpu.display_name}: {format_bytes(required_bytes)} of {format_bytes(capacity)}, "
+                f"Fits on {gpu.display_name}: {needs}{format_bytes(required_bytes)} of {format_bytes(capacity)}, "
                 f"{format_bytes(free)} free ({free / capacity:.0%})."
             ),
         )
@@ -47,7 +51,7 @@ def verdict(gpu: GPU, required_bytes: int, headroom_fraction: float) -> FitVerdi
         status, message = (
             "tight",
             (
-                f"Tight on {gpu.display_name}: {format_bytes(required_bytes)} of {format_bytes(capacity)} leaves "
+                f"Tight on {gpu.display_name}: {needs}{format_bytes(required_bytes)} of {format_bytes(capacity)} leaves "
                 f"{format_bytes(free)}, less than the {headroom_fraction:.0%} headroom."
             ),
         )
@@ -55,7 +59,7 @@ def verdict(gpu: GPU, required_bytes: int, headroom_fraction: float) -> FitVerdi
         status, message = (
             "does_not_fit",
             (
-                f"Does not fit on {gpu.display_name}: needs {format_bytes(required_bytes)}, "
+                f"Does not fit on {gpu.display_name}: needs {needs}{format_bytes(required_bytes)}, "
                 f"{format_bytes(-free)} more than its {format_bytes(capacity)}."
             ),
         )

@@ -52,6 +52,8 @@ class LayerShape:
     local_experts: int = 0
     """Routed experts held by this rank (num_experts / expert_parallel_size)."""
     shared_intermediate: int = 0
+    attention_mask: bool = False
+    """transformers materialises a 4-D mask for SDPA (a sliding window shorter than the sequence)."""
 
     @property
     def tokens(self) -> int:
@@ -279,16 +281,24 @@ class LayerProgram:
             q, k = q_rot, k_rot
             if self.family.rope_concatenates:
                 # torch.cat([rotated, passed-through], dim=-1): new tensors laid out (b, heads, s, d)
-                q, k = tape.copy(q_rot), tape.copy(k_rot)
+                q = tape.copy(q_rot, self._heads_numel(shape.heads))
+                k = tape.copy(k_rot, self._heads_numel(shape.kv_heads))
                 tape.release(q_rot, k_rot)
                 heads_first = True
         return q, k, heads_first
 
+    def _heads_numel(self, heads: int) -> int:
+        return self.shape.tokens * heads * self.shape.head_dim
+
     def _rope(self, q: Sym) -> Sym:
-        """``q * cos + rotate_half(q) * sin``; cos/sin carry the residual stream's dtype."""
+        """``q * cos + rotate_half(q) * sin``; cos/sin carry the residual stream's dtype. With partial
+        rotary (GPT-NeoX) the ops run on ``q[..., :rotary_dim]``, a view; the caller concatenates."""
         tape = self.tape
-        cos = Sym(self.shape.seq * self.shape.head_dim, self.kernels.stream_dtype, False, "external")
-        sin = Sym(self.shape.seq * self.shape.head_dim, self.kernels.stream_dtype, False, "external")
+        rotary_dim = self.arch.rotary_dim
+        if rotary_dim != self.shape.head_dim:
+            q = q.view(q.numel // self.shape.head_dim * rotary_dim)
+        cos = Sym(self.shape.seq * rotary_dim, self.kernels.stream_dtype, False, "external")
+        sin = Sym(self.shape.seq * rotary_dim, self.kernels.stream_dtype, False, "external")
         with_cos = tape.mul(q, cos)
         # rotate_half: torch.cat((-x2, x1)) of two slices; each slice's backward makes full-size zeros
         rotated = tape.copy(q, backward_scratch_bytes=q.nbytes)
@@ -312,7 +322,14 @@ class LayerProgram:
         lse_numel = shape.batch * shape.heads * shape.seq
         dropout = arch.attention_dropout
         if kernel == "fused":
-            return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d)
+            if not shape.attention_mask:
+                return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d)
+            # SDPA turns the boolean (b, 1, s, s) mask into an additive one in the query's dtype, per call, and
+            # keeps it for backward (measured, torch 2.13 CPU: one per sliding-window layer).
+            mask = tape.new(shape.batch * shape.seq * shape.kv_seq, q.dtype, False)
+            out = tape.fused_attention(q, k, v, lse_numel, dropout > 0, also_keeps=(mask,))
+            tape.release(mask)
+            return out
         if kernel == "math":
             return self._math_attention(q, k, v)
         groups = shape.heads // shape.kv_heads
@@ -597,6 +614,8 @@ class LayerProgram:
         (Llama), around (Gemma's four norms) or after (OLMo 2) each sub-block."""
         arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
         rows, h = shape.stream_tokens, shape.hidden
+        if arch.parallel_residual:
+            return self._parallel_residual_layer(x)
         post_only = arch.norm_position == "post"
         sandwich = arch.norms_per_layer == 4 and not post_only
         if post_only:
@@ -632,6 +651,23 @@ class LayerProgram:
         mixed = self._residual_dropout(mixed)
         out = tape.add(hidden, mixed)
         tape.release(hidden, mixed)
+        return out
+
+    def _parallel_residual_layer(self, x: Sym) -> Sym:
+        """``GPTNeoXLayer.forward`` with ``use_parallel_residual``:
+        ``mlp(norm2(x)) + attention(norm1(x)) + x``, each branch after its dropout."""
+        shape, tape, names = self.shape, self.tape, self.names
+        rows, h = shape.stream_tokens, shape.hidden
+        normed = self.norm(names.input_norm, x, rows, h)
+        attended = self._residual_dropout(self.attention(normed))
+        tape.release(normed)
+        normed = self.norm(names.post_attention_norm, x, rows, h)
+        mixed = self._residual_dropout(self.mlp(normed))
+        tape.release(normed)
+        branches = tape.add(mixed, attended)
+        tape.release(mixed, attended)
+        out = tape.add(branches, x)
+        tape.release(branches)
         return out
 
     def _residual_dropout(self, x: Sym) -> Sym:
@@ -677,6 +713,14 @@ class Trace:
     input_grad_bytes: int
     input_saved: bool = False
     """Whether the piece saves its own input tensor for backward (it is then among the saved bytes)."""
+    forward_events: tuple = ()
+    """The forward's allocation log (``Tape.events``), for the CUDA caching-allocator replay."""
+    backward_events: tuple = ()
+    """The backward's allocation log (``BackwardReplay.events``)."""
+    input_key: tuple = ()
+    """(storage id, uid) of the piece's input tensor on its tape, () when it has none."""
+    output_key: tuple = ()
+    """(storage id, uid) of the output whose gradient starts the backward."""
 
 
 def replay(
@@ -686,8 +730,10 @@ def replay(
     output_bytes: int,
     input_saved: bool,
     parameter_grads_exist: bool,
+    input_tensor: Optional[Sym] = None,
 ) -> Trace:
     """Replay the backward of a recorded forward and gather its figures into a :class:`Trace`."""
+    forward_events = tuple(tape.events)
     activations = tape.saved_bytes(("activation",))
     weight_copies = tape.saved_bytes(("weight_copy",))
     backward = tape.backward(outputs, parameter_grads_exist)
@@ -706,6 +752,10 @@ def replay(
         parameter_grad_bytes=backward.parameter_grad_bytes,
         input_grad_bytes=backward.input_grad_bytes,
         input_saved=input_saved,
+        forward_events=forward_events,
+        backward_events=backward.events,
+        input_key=(input_tensor.storage, input_tensor.uid) if input_tensor is not None else (),
+        output_key=(outputs[0].storage, outputs[0].uid) if outputs else (),
     )
 
 
@@ -726,4 +776,4 @@ def trace_layer(
     forward_peak = tape.peak_live_bytes - x.nbytes
     input_saved = x.storage in tape.saved_storages
     tape.release(x)
-    return replay(tape, [out], forward_peak, out.nbytes, input_saved, parameter_grads_exist)
+    return replay(tape, [out], forward_peak, out.nbytes, input_saved, parameter_grads_exist, x)

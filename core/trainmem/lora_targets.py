@@ -31,9 +31,12 @@ from .inventory import LayerGroup, ModelInventory
 
 LINEAR_TARGET_ALL = "all-linear"
 
-COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1")
+COLUMN_PARALLEL = (
+    "q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query_key_value", "gate_proj", "up_proj", "gate_up_proj",
+    "c_fc", "fc1", "dense_h_to_4h",
+)
 """Linear layers whose output features tensor parallelism splits (Megatron's ColumnParallelLinear)."""
-ROW_PARALLEL = ("o_proj", "c_proj", "down_proj", "fc2")
+ROW_PARALLEL = ("o_proj", "c_proj", "down_proj", "fc2", "dense", "dense_4h_to_h")
 """Linear layers whose input features tensor parallelism splits (RowParallelLinear)."""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .report import CATEGORIES, Report
+from .report import CATEGORIES, RankReport, Report
 from .units import format_bytes
 
 _CATEGORY_NAMES = {
@@ -97,6 +97,7 @@ def render_report(report: Report) -> str:
             )
         ]
         lines.append(f"  step timeline (allocated): {_sparkline(totals)}")
+        lines += _cuda_lines(rank)
         if rank.cpu_offload_bytes:
             lines.append(f"  offloaded to CPU memory: {format_bytes(rank.cpu_offload_bytes)}")
     host = report.host
@@ -127,3 +128,33 @@ def render_report(report: Report) -> str:
     for warning in report.warnings:
         lines.append(f"Note: {warning}")
     return "\n".join(line.rstrip() for line in lines)
+
+
+# ---------------------------------------------------------------------------- CUDA memory
+def _cuda_lines(rank: RankReport) -> list[str]:
+    """Allocated, reserved (replayed), total and the upper bound; fragmentation; what the bound adds."""
+    cuda = rank.cuda
+    if cuda is None:
+        return []
+    conf = cuda.cuda_alloc_conf or "PyTorch defaults"
+    how = f"allocator replay, {conf}" if cuda.replayed else "scaled from the base setup's replay"
+    lines = [
+        f"  CUDA: allocated {format_bytes(cuda.peak_allocated_bytes)} · reserved "
+        f"{format_bytes(cuda.peak_reserved_bytes)} ({how}) · total {format_bytes(rank.peak_total_bytes)} · "
+        f"upper bound {format_bytes(cuda.upper_bound_bytes)}"
+    ]
+    if cuda.replayed:
+        line = (
+            f"  allocator: {format_bytes(cuda.fragmentation_bytes)} reserved but unallocated at the allocated peak, "
+            f"{cuda.segments} segments, largest free block {format_bytes(cuda.largest_free_block_bytes)}"
+        )
+        for alternative in cuda.alternatives:
+            sign = "−" if alternative.change_bytes < 0 else "+"
+            line += (
+                f"; PYTORCH_CUDA_ALLOC_CONF={alternative.cuda_alloc_conf} would reserve "
+                f"{format_bytes(alternative.peak_reserved_bytes)} ({sign}{format_bytes(abs(alternative.change_bytes))})"
+            )
+        lines.append(line)
+    added = " + ".join(f"{part.name} {format_bytes(part.bytes)}" for part in cuda.upper_bound_parts if part.bytes)
+    lines.append(f"  upper bound = reserved {format_bytes(cuda.peak_reserved_bytes)} + {added}")
+    return lines

@@ -76,6 +76,38 @@ class PeakMoment(FrozenModel):
     description: str
 
 
+class AllocatorAlternative(FrozenModel):
+    """What another ``PYTORCH_CUDA_ALLOC_CONF`` would make of the same step's allocations."""
+
+    cuda_alloc_conf: str
+    peak_reserved_bytes: int = Field(description="The replayed max_memory_reserved under this setting.")
+    change_bytes: int = Field(description="Against the setup's own setting (negative: less reserved).")
+
+
+class CudaMemory(FrozenModel):
+    """The CUDA side of a rank: the caching allocator's replay and what lives outside it."""
+
+    cuda_alloc_conf: str = Field(description="The PYTORCH_CUDA_ALLOC_CONF replayed ('' = PyTorch's defaults).")
+    replayed: bool = Field(
+        description="True: the step's allocations were replayed through the allocator model; False: the reserve "
+        "was scaled from the replay of the setup the suggestions start from."
+    )
+    peak_allocated_bytes: int = Field(description="Predicted torch.cuda.max_memory_allocated.")
+    peak_reserved_bytes: int = Field(description="Predicted torch.cuda.max_memory_reserved.")
+    replay_peak_allocated_bytes: int = Field(description="The allocated peak of the replayed event stream.")
+    replay_peak_reserved_bytes: int = Field(description="The reserved peak of the replayed event stream.")
+    fragmentation_bytes: int = Field(
+        description="Reserved but unallocated at the allocated peak (cached blocks no request could use)."
+    )
+    largest_free_block_bytes: int = Field(description="The largest cached free block after the step.")
+    segments: int = Field(description="Segments the allocator holds after the step (cudaMalloc'd or mapped ranges).")
+    outside_parts: list[Part] = Field(description="Memory outside PyTorch's allocator (best figures).")
+    upper_bound_bytes: int = Field(description="Reserved peak + outside parts at their upper figures + margin.")
+    upper_bound_parts: list[Part] = Field(description="What the upper bound adds to the reserved peak.")
+    margin_fraction: float
+    alternatives: list[AllocatorAlternative] = Field(default_factory=list)
+
+
 class RankReport(FrozenModel):
     """The memory of one kind of GPU rank (ranks that behave alike are reported once)."""
 
@@ -88,6 +120,13 @@ class RankReport(FrozenModel):
     peak: PeakMoment
     timeline: Timeline
     cpu_offload_bytes: int = Field(default=0, description="Host memory this rank's offloaded states take.")
+    peak_reserved_bytes: int = Field(
+        default=0, description="Predicted max_memory_reserved (the allocator replay); 0 on CPU."
+    )
+    upper_bound_bytes: int = Field(
+        default=0, description="What the fit verdict uses: reserved peak + outside parts (upper) + margin."
+    )
+    cuda: Optional[CudaMemory] = None
 
 
 class FitVerdict(FrozenModel):
@@ -98,7 +137,10 @@ class FitVerdict(FrozenModel):
     capacity_bytes: int
     headroom_fraction: float
     usable_bytes: int = Field(description="capacity × (1 − headroom).")
-    required_bytes: int = Field(description="peak_total_bytes of the heaviest rank.")
+    required_bytes: int = Field(
+        description="The largest upper bound of any rank on CUDA (reserved peak + outside parts + margin); "
+        "peak_total_bytes on CPU."
+    )
     fits: bool = Field(description="required ≤ usable.")
     status: Literal["fits", "tight", "does_not_fit"] = Field(
         description="tight: fits the GPU but eats into the headroom."
@@ -164,6 +206,8 @@ class Report(FrozenModel):
     num_trainable_parameters: int
     peak_allocated_bytes: int
     peak_total_bytes: int
+    peak_reserved_bytes: int = Field(default=0, description="Predicted max_memory_reserved of the heaviest rank.")
+    upper_bound_bytes: int = Field(default=0, description="The heaviest rank's upper bound (the fit verdict's).")
     breakdown: Breakdown
     parts: list[Part]
     peak: PeakMoment

@@ -31,6 +31,7 @@ from .architecture import Architecture
 from .catalogs import gpus, optimizers, presets
 from .errors import FieldError
 from .files import read_json_file
+from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
 
 # --------------------------------------------------------------------------- model
@@ -411,7 +412,36 @@ class Runtime(FrozenModel):
         default="cuda", description="cuda for GPU runs; cpu replays a CPU measurement (no CUDA context, CPU autocast)."
     )
     cuda_context_mib: Optional[NonNegativeFloat] = Field(
-        default=None, description="Memory the CUDA context takes outside PyTorch's allocator. Default: by GPU vendor."
+        default=None,
+        description="Memory the CUDA context takes outside PyTorch's allocator. Default: by GPU architecture "
+        "(data/cuda_overheads.json).",
+    )
+    cuda_alloc_conf: AllocConf = Field(
+        default="",
+        description="PYTORCH_CUDA_ALLOC_CONF, e.g. expandable_segments:True or max_split_size_mb:512 (also "
+        "roundup_power2_divisions, garbage_collection_threshold, max_non_split_rounding_mb).",
+    )
+    cuda_memory_fraction: Optional[float] = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="torch.cuda.set_per_process_memory_fraction: caps the allocator and lets "
+        "garbage_collection_threshold act.",
+    )
+    cuda_module_loading: Literal["lazy", "eager"] = Field(
+        default="lazy",
+        description="CUDA_MODULE_LOADING: lazy (PyTorch's default since 1.13) loads kernels on first use.",
+    )
+    cuda_version: Optional[CudaVersion] = Field(
+        default=None, description="CUDA runtime version, e.g. 12.8; before 11.7 kernels always load eagerly."
+    )
+    cublas_workspace_config: CublasWorkspaceConfig = Field(
+        default="",
+        description="CUBLAS_WORKSPACE_CONFIG, e.g. :4096:8; default: PyTorch's choice for the GPU architecture.",
+    )
+    torch_compile: bool = Field(default=False, description="torch.compile: Triton kernels and autotuning buffers.")
+    cuda_graphs: bool = Field(
+        default=False, description="CUDA graphs (mode='reduce-overhead'): a private pool keeps the captured memory."
     )
     nccl_communicator_mib: Optional[NonNegativeFloat] = Field(
         default=None,

@@ -98,7 +98,15 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
         experts_per_token=arch.num_experts_per_tok if arch.is_moe else 0,
         local_experts=arch.num_experts // parallel.expert_parallel_size if arch.is_moe else 0,
         shared_intermediate=arch.shared_expert_intermediate_size // tp,
+        attention_mask=_materialised_mask(arch, setup.sequence_length),
     )
+
+
+def _materialised_mask(arch: Architecture, sequence_length: int) -> bool:
+    """Whether transformers passes SDPA a 4-D mask instead of ``is_causal``: a sliding window no longer
+    than the keys (masking_utils.py ``_ignore_causal_mask_sdpa``: ``kv_length >= local_attention_size``
+    cannot skip the mask). Padding masks are not modelled (batches are taken as unpadded)."""
+    return arch.layer_sliding and arch.sliding_window is not None and sequence_length >= arch.sliding_window
 
 
 def _kernels(plan: Plan, selective: bool) -> LayerKernels:
@@ -447,7 +455,7 @@ def _buffer_bytes(plan: Plan) -> int:
     element = DTYPE_BYTES[plan.precision.stored_weight_dtype]
     total = rounded(element, plan.device) if arch.embedding_scale_buffer else 0
     if arch.position_embedding == "rope":
-        total += arch.rope_sets * 2 * rounded((arch.resolved_head_dim // 2) * element, plan.device)
+        total += arch.rope_sets * 2 * rounded((arch.rotary_dim // 2) * element, plan.device)
     return total
 
 

@@ -151,7 +151,7 @@ def _largest_micro_batch(setup_json: dict[str, Any], report: Report) -> Optional
     candidate = low * 2
     while candidate <= MAX_MICRO_BATCH:
         trial = _try(setup_json, {"micro_batch_size": candidate})
-        if trial is None or trial.peak_total_bytes > usable:
+        if trial is None or trial.fit.required_bytes > usable:
             high = candidate
             break
         low, low_report = candidate, trial
@@ -161,11 +161,33 @@ def _largest_micro_batch(setup_json: dict[str, Any], report: Report) -> Optional
     while high - low > 1:
         middle = (low + high) // 2
         trial = _try(setup_json, {"micro_batch_size": middle})
-        if trial is not None and trial.peak_total_bytes <= usable:
+        if trial is not None and trial.fit.required_bytes <= usable:
             low, low_report = middle, trial
         else:
             high = middle
-    return low, low_report
+    return _settle_with_replay(setup_json, low, low_report, usable, report.setup.micro_batch_size)
+
+
+def _settle_with_replay(
+    setup_json: dict[str, Any], size: int, size_report: Report, usable: int, smallest: int
+) -> tuple[int, Report]:
+    """The search above runs with the allocator reserve scaled from the base setup; the boundary is
+    checked again with each candidate's own allocator replay (``trainmem.cuda.memory``)."""
+    from .cuda.memory import replayed_reserve
+
+    with replayed_reserve():
+        trial = _try(setup_json, {"micro_batch_size": size})
+        while size > smallest and (trial is None or trial.fit.required_bytes > usable):
+            size -= 1
+            trial = _try(setup_json, {"micro_batch_size": size})
+        if trial is None:
+            return size, size_report
+        while size < MAX_MICRO_BATCH:
+            bigger = _try(setup_json, {"micro_batch_size": size + 1})
+            if bigger is None or bigger.fit.required_bytes > usable:
+                break
+            size, trial = size + 1, bigger
+    return size, trial
 
 
 MAX_COMBINED_CHANGES = 4

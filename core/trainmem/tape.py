@@ -127,6 +127,9 @@ class Tape:
     peak_live_bytes: int = 0
     _live_bytes: int = 0
     _weight_cache: dict[int, Sym] = field(default_factory=dict)
+    events: list[tuple[str, int, int]] = field(default_factory=list)
+    """The allocation log: ("alloc" | "free", storage id, bytes) in program order, for replaying the
+    forward through a model of the CUDA caching allocator (``trainmem.cuda``)."""
 
     @property
     def cached_weight_copy_bytes(self) -> int:
@@ -151,6 +154,7 @@ class Tape:
                 tensor.storage_nbytes = rounded(tensor.storage_nbytes, self.device)
             self.live[tensor.storage] = tensor
             self._live_bytes += tensor.storage_nbytes
+            self.events.append(("alloc", tensor.storage, tensor.storage_nbytes))
             if self._live_bytes > self.peak_live_bytes:
                 self.peak_live_bytes = self._live_bytes
 
@@ -164,6 +168,7 @@ class Tape:
                 dropped = self.live.pop(tensor.storage, None)
                 if dropped is not None:
                     self._live_bytes -= dropped.storage_nbytes
+                    self.events.append(("free", dropped.storage, dropped.storage_nbytes))
 
     def record(
         self,
@@ -420,6 +425,10 @@ class BackwardReplay:
     """Gradients of the tape's parameters that remain as ``.grad`` afterwards (0 when they already existed)."""
     input_grad_bytes: int
     """Gradients left for the tape's inputs (flowing on to the previous layer)."""
+    events: tuple = ()
+    """The allocation log of the backward, in order: ("alloc" | "free", key, bytes) with key a saved
+    storage id (int), ("g", uid) for an activation gradient, ("p", uid) for a parameter gradient that
+    stays in ``.grad``, or ("t", n) for a transient (a gradient summed into an existing one, scratch)."""
 
     @classmethod
     def run(cls, tape: Tape, output_grads: list[Sym], parameter_grads_exist: bool = False) -> BackwardReplay:
@@ -446,25 +455,38 @@ class BackwardReplay:
         seen_params: set[int] = set()
         peak = saved["activation"] + saved["weight_copy"] + grad_bytes
         at_peak = (saved["activation"], saved["weight_copy"], grad_bytes, 0)
+        events: list[tuple] = []
+        transients = 0
         for node in reversed(tape.nodes):
             if not any(out.uid in grads for out in node.outputs):
                 continue  # no gradient reaches this node: the engine never runs it
             new_activation_grads = node.extra_backward_bytes
             new_param_grads = 0
             transient_param_grads = 0
+            node_transients = []
+            if node.extra_backward_bytes:
+                node_transients.append(node.extra_backward_bytes)
             for tensor in node.grad_inputs:
                 size = -(-tensor.numel * DTYPE_BYTES[tensor.dtype] // step) * step
                 if tensor.tag == "parameter":
                     if tensor.uid in seen_params or parameter_grads_exist:
                         transient_param_grads += size  # computed, added into the existing .grad, freed
+                        node_transients.append(size)
                     else:
                         new_param_grads += size
+                        events.append(("alloc", ("p", tensor.uid), size))
                     seen_params.add(tensor.uid)
                 elif tensor.uid in grads:
                     new_activation_grads += size  # a second consumer: summed into the existing gradient
+                    node_transients.append(size)
                 else:
                     grads[tensor.uid] = size
                     grad_bytes += size
+                    events.append(("alloc", ("g", tensor.uid), size))
+            keys = [("t", transients + i) for i in range(len(node_transients))]
+            transients += len(keys)
+            events += [("alloc", key, size) for key, size in zip(keys, node_transients)]
+            events += [("free", key, size) for key, size in zip(keys, node_transients)]
             param_grad_bytes += new_param_grads
             activation_grads = grad_bytes + new_activation_grads
             parameter_grads = param_grad_bytes + transient_param_grads
@@ -473,7 +495,10 @@ class BackwardReplay:
                 peak = total
                 at_peak = (saved["activation"], saved["weight_copy"], activation_grads, parameter_grads)
             for out in node.outputs:
-                grad_bytes -= grads.pop(out.uid, 0)
+                freed = grads.pop(out.uid, 0)
+                if freed:
+                    grad_bytes -= freed
+                    events.append(("free", ("g", out.uid), freed))
             for tensor in node.saved:
                 if tensor.tag in NOT_NEW_MEMORY:
                     continue
@@ -481,6 +506,7 @@ class BackwardReplay:
                 if pending_saves[tensor.storage] == 0 and tensor.storage in saved_live:
                     released = saved_live.pop(tensor.storage)
                     saved[released.tag] -= released.storage_nbytes
+                    events.append(("free", released.storage, released.storage_nbytes))
         return cls(
             peak_bytes=peak,
             peak_saved_activation_bytes=at_peak[0],
@@ -489,4 +515,5 @@ class BackwardReplay:
             peak_parameter_grad_bytes=at_peak[3],
             parameter_grad_bytes=param_grad_bytes,
             input_grad_bytes=grad_bytes,
+            events=tuple(events),
         )

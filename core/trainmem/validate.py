@@ -20,6 +20,9 @@ Relative error = (predicted − measured) / measured. The summary gives the medi
 |category error| among significant categories. Targets: median ≤ 2%, max ≤ 5%, every
 significant category within 5%; ``--check`` exits 1 when a target is missed.
 Comparing with the committed corpus needs no torch.
+
+Cases measured on a real GPU are held to their own gate (:mod:`trainmem.cuda.gate`: allocated,
+reserved, total and the upper bound's record); the table above covers the others.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from .cuda.gate import format_cuda_table, is_cuda_case, validate_cuda
 from .measure.corpus import load_corpus
 from .measure.record import Measurement
 from .report import CATEGORIES
@@ -251,9 +255,24 @@ def main(argv: Optional[list[str]] = None, estimate: Optional[Callable[[Any], An
         if estimate is None:
             print("trainmem validate: trainmem.estimate is not available in this build", file=sys.stderr)
             return 2
-    comparisons, summary = validate(measurements, estimate)
+    cpu_cases = [m for m in measurements if not is_cuda_case(m)]
+    comparisons, summary = validate(cpu_cases, estimate)
+    cuda_comparisons, cuda_summary = validate_cuda(measurements, estimate)
     if arguments.json:
-        print(json.dumps({"cases": [asdict(c) for c in comparisons], "summary": asdict(summary)}, indent=2))
+        cuda_cases = [{**asdict(c), "bound_held": c.bound_held} for c in cuda_comparisons]
+        print(
+            json.dumps(
+                {
+                    "cases": [asdict(c) for c in comparisons],
+                    "summary": asdict(summary),
+                    "cuda": {"cases": cuda_cases, "summary": asdict(cuda_summary)},
+                },
+                indent=2,
+            )
+        )
     else:
         print(format_table(comparisons, summary))
-    return 1 if arguments.check and not summary.meets_targets else 0
+        print()
+        print(format_cuda_table(cuda_comparisons, cuda_summary))
+    met = summary.meets_targets and cuda_summary.meets_targets
+    return 1 if arguments.check and not met else 0

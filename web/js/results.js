@@ -42,6 +42,8 @@ export function summarize(report) {
     v: report.trainmem_version,
     peak_total_bytes: report.peak_total_bytes,
     peak_allocated_bytes: report.peak_allocated_bytes,
+    peak_reserved_bytes: report.peak_reserved_bytes || 0,
+    upper_bound_bytes: report.upper_bound_bytes || 0,
     breakdown: Object.fromEntries(CATEGORIES.map((category) => [category, report.breakdown[category]])),
     fit: {
       status: report.fit.status,
@@ -84,12 +86,30 @@ export function renderHeadline(container, summary, peak) {
       bytesNode(doc, "dd", summary.peak_allocated_bytes, "peak-allocated", { class: "big" }),
       "what torch.cuda.max_memory_allocated() reports",
     ],
+  ];
+  // CUDA: the caching allocator's replayed reserve, and the upper bound the verdict judges.
+  const isCount = (n) => Number.isSafeInteger(n) && n > 0;
+  if (isCount(summary.peak_reserved_bytes)) {
+    items.push([
+      "Reserved (allocator replay)",
+      bytesNode(doc, "dd", summary.peak_reserved_bytes, "peak-reserved", { class: "big" }),
+      "what torch.cuda.max_memory_reserved() would report: allocations replayed through PyTorch's caching allocator",
+    ]);
+  }
+  if (isCount(summary.upper_bound_bytes)) {
+    items.push([
+      "Upper bound (the verdict's)",
+      bytesNode(doc, "dd", summary.upper_bound_bytes, "upper-bound", { class: "big" }),
+      "reserved + outside-allocator parts at their upper figures + margin",
+    ]);
+  }
+  items.push(
     [
       "Parameters",
       el(doc, "dd", { class: "big", "data-testid": "num-parameters", text: formatCount(summary.num_parameters) }),
       `${formatCount(summary.num_trainable_parameters)} trainable`,
     ],
-  ];
+  );
   if (peak) items.push(["Peak happens at", el(doc, "dd", { class: "big small-text", text: peak.label }), peak.description]);
   headline.replaceChildren(
     ...items.map(([term, value, note]) =>

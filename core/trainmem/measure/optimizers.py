@@ -12,6 +12,8 @@ adam-amsgrad, adamw-amsgrad  the same with ``amsgrad=True``
 adafactor                 ``transformers.optimization.Adafactor(lr=1e-3, scale_parameter=False,
                           relative_step=False, warmup_init=False)``; its step is a loop
                           over parameters ("for-loop")
+adamw-8bit, lion-8bit,    ``bitsandbytes.optim.AdamW8bit`` / ``Lion8bit`` / ``PagedAdamW8bit`` /
+paged-adamw(-8bit)        ``PagedAdamW`` (lr=1e-3; CUDA only), recorded as "fused"
 ========================  ===========================================================
 
 ``optimizer.implementation``: ``foreach`` -> ``foreach=True`` (one multi-tensor kernel per
@@ -66,15 +68,37 @@ def build_optimizer(name: str, implementation: Optional[str], parameters: list[t
 
         kwargs = {"lr": LEARNING_RATE, **ADAFACTOR_KWARGS}
         return BuiltOptimizer(Adafactor(parameters, **kwargs), "for-loop", _qualified(Adafactor), kwargs)
+    if name in BITSANDBYTES_OPTIMIZERS:
+        return _bitsandbytes_optimizer(name, implementation, parameters)
     if name not in TORCH_OPTIMIZERS:
-        raise ValueError(
-            f"optimizer {name!r} cannot be measured; measurable: {', '.join([*TORCH_OPTIMIZERS, 'adafactor'])}"
-        )
+        measurable = [*TORCH_OPTIMIZERS, "adafactor", *BITSANDBYTES_OPTIMIZERS]
+        raise ValueError(f"optimizer {name!r} cannot be measured; measurable: {', '.join(measurable)}")
     cls, extra = TORCH_OPTIMIZERS[name]
     chosen = implementation or default_implementation(parameters)
     switches = {"foreach": {"foreach": True}, "for-loop": {"foreach": False}, "fused": {"fused": True}}[chosen]
     kwargs = {"lr": LEARNING_RATE, **extra, **switches}
     return BuiltOptimizer(cls(parameters, **kwargs), chosen, _qualified(cls), kwargs)
+
+
+BITSANDBYTES_OPTIMIZERS = {
+    "adamw-8bit": "AdamW8bit",
+    "paged-adamw-8bit": "PagedAdamW8bit",
+    "paged-adamw": "PagedAdamW",
+    "lion-8bit": "Lion8bit",
+}
+"""bitsandbytes.optim classes (CUDA only; ``pip install bitsandbytes``): one fused kernel per parameter."""
+
+
+def _bitsandbytes_optimizer(name: str, implementation: Optional[str], parameters: list[torch.Tensor]):
+    if implementation not in (None, "fused"):
+        raise ValueError(f"bitsandbytes' {name} steps with one fused kernel per parameter, not {implementation!r}")
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        raise ValueError(f"optimizer {name!r} needs bitsandbytes (pip install bitsandbytes)") from None
+    cls = getattr(bnb.optim, BITSANDBYTES_OPTIMIZERS[name])
+    kwargs = {"lr": LEARNING_RATE}
+    return BuiltOptimizer(cls(parameters, **kwargs), "fused", _qualified(cls), kwargs)
 
 
 def _qualified(cls: type) -> str:

@@ -151,6 +151,31 @@ class CudaMemory(FrozenModel):
     max_memory_allocated: int
     max_memory_reserved: int
     memory_allocated_at_start: int
+    memory_reserved_at_start: Optional[int] = Field(
+        default=None, description="torch.cuda.memory_reserved when the measured step started (after warm-up)."
+    )
+    device_used_bytes: Optional[int] = Field(
+        default=None,
+        description="cudaMemGetInfo total − free right after the step, the cache still held: context, reserved "
+        "segments and every library's own buffers (what nvidia-smi shows for a lone process).",
+    )
+    device_total_bytes: Optional[int] = Field(default=None, description="cudaMemGetInfo total.")
+    context_bytes: Optional[int] = Field(
+        default=None,
+        description="cudaMemGetInfo used after torch.cuda.init() and one small kernel, before any model existed.",
+    )
+    phase_max_reserved: dict[str, int] = Field(
+        default_factory=dict,
+        description="torch.cuda.max_memory_reserved when each phase of the measured step ends (since it began).",
+    )
+    gpu_name: Optional[str] = None
+    driver_version: Optional[str] = None
+    cuda_version: Optional[str] = None
+    cudnn_version: Optional[str] = None
+    library_versions: dict[str, str] = Field(
+        default_factory=dict, description="bitsandbytes, flash-attn and other libraries that ran, by name."
+    )
+    alloc_conf: str = Field(default="", description="PYTORCH_CUDA_ALLOC_CONF during the run.")
 
 
 class Measurement(FrozenModel):

@@ -114,6 +114,8 @@ def measure(
         for _ in range(warmup_steps):
             run.step.run()
         tracker, cuda = _tracked_step(run.step, setup, device, fake)
+        if cuda is not None:
+            cuda = cuda.model_copy(update={"phase_max_reserved": dict(run.step.phase_max_reserved)})
         accounting = account(
             StepLog(
                 storages=tracker.storages,
@@ -336,20 +338,32 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or sys.platform
 
 
-def _cuda_reset(device: torch.device, fake: bool) -> int:
+def _cuda_reset(device: torch.device, fake: bool) -> tuple[int, int]:
     if device.type != "cuda" or fake:
-        return 0
+        return 0, 0
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
-    return torch.cuda.memory_allocated(device)
+    return torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
 
 
-def _cuda_stats(device: torch.device, fake: bool, start: int) -> Optional[CudaMemory]:
+def _cuda_stats(device: torch.device, fake: bool, start: tuple[int, int]) -> Optional[CudaMemory]:
+    """The allocator's peaks over the measured step, and what the device has in use right after it.
+
+    ``cudaMemGetInfo`` is read while the step's cache is still held; the reserved bytes that were
+    released since the peak (none without ``empty_cache`` or garbage collection) are added back, so
+    ``device_used_bytes`` stands for the process's total at the reserved peak.
+    """
     if device.type != "cuda" or fake:
         return None
     torch.cuda.synchronize(device)
+    free, total = torch.cuda.mem_get_info(device)
+    peak_reserved = torch.cuda.max_memory_reserved(device)
+    used = total - free + (peak_reserved - torch.cuda.memory_reserved(device))
     return CudaMemory(
         max_memory_allocated=torch.cuda.max_memory_allocated(device),
-        max_memory_reserved=torch.cuda.max_memory_reserved(device),
-        memory_allocated_at_start=start,
+        max_memory_reserved=peak_reserved,
+        memory_allocated_at_start=start[0],
+        memory_reserved_at_start=start[1],
+        device_used_bytes=used,
+        device_total_bytes=total,
     )

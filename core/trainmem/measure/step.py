@@ -67,6 +67,7 @@ class TrainingStep:
         """Extra keyword arguments of the forward call (sequence-parallel TP passes the full position_ids)."""
         self.snapshot_hook: Optional[Callable[[], None]] = None
         """Called at every snapshot (after each backward, after the optimizer step) of a tracked step."""
+        self.phase_max_reserved: dict[str, int] = {}
         self._install_markers()
 
     # ------------------------------------------------------------------ the loop
@@ -93,6 +94,8 @@ class TrainingStep:
             self._snapshot_optimizer_state()
             self._mark("zero_grad", "zero_grad")
             self.zero_grad()
+            if self.tracker is not None:
+                self._note_reserved(None)
         self.tracker = None
 
     # The three calls a framework may do its own way (DeepSpeed's engine.backward / engine.step).
@@ -176,6 +179,16 @@ class TrainingStep:
             self.tracker.mark(phase, label, self.micro_batch)
             if self.snapshot_hook is not None and phase in ("forward", "loss"):
                 self.snapshot_hook()  # ZeRO-3 swaps gathered tensors into param.data layer by layer
+            self._note_reserved(phase)
+
+    def _note_reserved(self, phase: Optional[str]) -> None:
+        """On CUDA: ``max_memory_reserved`` when a phase ends (since the measured step began)."""
+        if self.device_type != "cuda":
+            return
+        previous = getattr(self, "_phase", None)
+        if previous is not None and previous != phase:
+            self.phase_max_reserved[previous] = torch.cuda.max_memory_reserved()
+        self._phase = phase
 
     def _install_markers(self) -> None:
         layers = decoder_layers(self.model)

@@ -23,6 +23,7 @@ from .family import DecoderFamily
 from .fields import ConfigFields, describe
 from .gemma import Gemma2, Gemma3Text
 from .gpt2 import GPT2
+from .gpt_neox import GPTNeoX
 from .granite import Granite
 from .llama import Llama
 from .llama4 import Llama4Text
@@ -49,6 +50,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Starcoder2,
     Granite,
     Llama4Text,
+    GPTNeoX,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
@@ -121,7 +123,7 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
     if text_config is None and model_type in MULTIMODAL_TEXT_MODEL_TYPES and "hidden_size" in config:
         text_type = MULTIMODAL_TEXT_MODEL_TYPES[model_type]
         arch = _read(FAMILIES[text_type], ConfigFields({**config, "model_type": text_type}, prefix), ())
-        return arch.model_copy(update={"not_counted": (f"the vision tower and projector of {model_type} (not yet counted)",)})
+        return arch.model_copy(update={"not_counted": (f"the vision tower and projector of {model_type}",)})
     if text_config is not None:
         text_fields = dict(text_config)
         text_type = text_fields.get("model_type")
@@ -133,7 +135,7 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
             arch = architecture_from_hf_config(text_fields, fields.path("text_config"))
             wrapper = model_type or "multimodal"
             return arch.model_copy(
-                update={"not_counted": (*arch.not_counted, f"the vision tower and projector of {wrapper} (not yet counted)")}
+                update={"not_counted": (*arch.not_counted, f"the vision tower and projector of {wrapper}")}
             )
     tried = [repr(model_type)]
     if text_config is not None:

@@ -90,7 +90,7 @@ class DecoderFamily:
     def rotary_tables_bytes(self, arch: Architecture, seq: int, stream_bytes: int) -> list[int]:
         """The tensors one forward's rotary embedding returns per rope set: cos and sin, (1, s, d) each
         in the residual stream's dtype (``LlamaRotaryEmbedding.forward``), before the allocator's rounding."""
-        return [seq * arch.resolved_head_dim * stream_bytes] * 2
+        return [seq * arch.rotary_dim * stream_bytes] * 2
 
     def quantized_by_bitsandbytes(self, tensor: ParameterTensor) -> bool:
         """A 4-/8-bit load replaces ``nn.Linear`` modules of the decoder layers (not the output head)."""
@@ -120,3 +120,28 @@ def common_decoder_fields(fields: ConfigFields, defaults: Mapping[str, object]) 
         "tie_word_embeddings": fields.boolean("tie_word_embeddings", defaults["tie_word_embeddings"]),
         "attention_dropout": fields.probability("attention_dropout"),
     }
+
+
+def sliding_window_fields(
+    fields: ConfigFields,
+    layers: int,
+    default_window: Optional[int],
+    default_layers: Optional[tuple[int, ...]] = None,
+    types: tuple[str, ...] = ("sliding_attention",),
+) -> dict[str, object]:
+    """``sliding_window`` and the layers that use it, for the Architecture.
+
+    The window is the file's ``sliding_window`` (``null`` turns it off), else the class default. The
+    layers are those ``layer_types`` marks as ``types`` (``sliding_attention``; Llama 4's
+    ``chunked_attention``), else ``default_layers`` (the class's pattern), else every layer (Mistral,
+    Phi-3, StarCoder2 apply the window everywhere: ``create_sliding_window_causal_mask``).
+    """
+    window = fields.optional_integer("sliding_window") if "sliding_window" in fields.config else default_window
+    if window is None:
+        return {}
+    layer_types = fields.string_list("layer_types")
+    if layer_types:
+        if len(layer_types) != layers:
+            raise fields.fail("layer_types", f"has {len(layer_types)} entries for {layers} layers")
+        return {"sliding_window": window, "sliding_layers": tuple(i for i, kind in enumerate(layer_types) if kind in types)}
+    return {"sliding_window": window, "sliding_layers": default_layers}

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..architecture import Architecture
 from ..layers import LayerProgram
 from ..tape import Sym
-from .family import DecoderFamily, common_decoder_fields
+from .family import DecoderFamily, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
 
 
@@ -73,8 +73,11 @@ class Gemma2(DecoderFamily):
     def read_config(self, fields: ConfigFields) -> Architecture:
         common = common_decoder_fields(fields, GEMMA2_DEFAULTS)
         bias = fields.boolean("attention_bias", False)
+        layers = common["num_hidden_layers"]
+        alternating = tuple(i for i in range(layers) if (i + 1) % 2)  # Gemma2Config: every other layer slides
         return Architecture(
             **common,
+            **sliding_window_fields(fields, layers, 4096, alternating),
             norms_per_layer=4,
             attention_qkv_bias=bias,
             attention_output_bias=bias,
@@ -119,6 +122,9 @@ class Gemma3Text(DecoderFamily):
             final_logit_softcapping=fields.optional_number("final_logit_softcapping", minimum=1e-9),
             attn_logit_softcapping=fields.optional_number("attn_logit_softcapping", minimum=1e-9),
             rope_sets=len(set(layer_types)),
+            **sliding_window_fields(
+                fields, layers, 4096, tuple(i for i, kind in enumerate(layer_types) if kind == "sliding_attention")
+            ),
             embedding_scale_buffer=True,
         )
 

@@ -27,7 +27,7 @@ from ..layers import LayerProgram
 from ..tape import Sym
 from . import blocks
 from .blocks import ModuleNames, ParameterTensor
-from .family import DecoderFamily, common_decoder_fields
+from .family import DecoderFamily, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
 
 LLAMA4_TEXT_DEFAULTS = dict(
@@ -149,6 +149,14 @@ class Llama4Text(DecoderFamily):
         if len(uses_rope) != layers:
             raise fields.fail("no_rope_layers", f"has {len(uses_rope)} entries for {layers} layers")
         experts = fields.integer("num_local_experts", 16)
+        chunk = fields.optional_integer("attention_chunk_size") if "attention_chunk_size" in fields.config else 8192
+        rope_layers = tuple(i for i, rope in enumerate(uses_rope) if rope)
+        # Chunked attention (layer_types "chunked_attention", the rope layers by default) passes SDPA a
+        # materialised mask once the keys reach the chunk size, as a sliding window does.
+        window = {} if chunk is None else sliding_window_fields(
+            ConfigFields({k: v for k, v in fields.config.items() if k != "sliding_window"} | {"sliding_window": chunk}, fields.prefix),
+            layers, chunk, rope_layers, types=("chunked_attention",),
+        )
         bias = fields.boolean("attention_bias", False)
         return Architecture(
             **common,
@@ -161,6 +169,7 @@ class Llama4Text(DecoderFamily):
             dense_intermediate_size=fields.integer("intermediate_size_mlp", 16384),
             nope_layers=tuple(i for i, rope in enumerate(uses_rope) if not rope),
             qk_l2_norm=fields.boolean("use_qk_norm", True),
+            **window,
             attention_temperature_tuning=fields.boolean("attn_temperature_tuning", True),
         )
 

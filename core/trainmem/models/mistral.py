@@ -11,7 +11,7 @@ to the router and the fused experts.
 from __future__ import annotations
 
 from ..architecture import Architecture
-from .family import MIXTRAL_STYLE_MOE_TARGETS, DecoderFamily, common_decoder_fields
+from .family import MIXTRAL_STYLE_MOE_TARGETS, DecoderFamily, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
 
 #: MistralConfig's own defaults (those of Mistral-7B), shared by MixtralConfig.
@@ -31,7 +31,8 @@ class Mistral(DecoderFamily):
     model_type = "mistral"
 
     def read_config(self, fields: ConfigFields) -> Architecture:
-        return Architecture(**common_decoder_fields(fields, MISTRAL_7B_DEFAULTS))
+        common = common_decoder_fields(fields, MISTRAL_7B_DEFAULTS)
+        return Architecture(**common, **sliding_window_fields(fields, common["num_hidden_layers"], 4096))
 
 
 class Mixtral(DecoderFamily):
@@ -44,8 +45,10 @@ class Mixtral(DecoderFamily):
 
     def read_config(self, fields: ConfigFields) -> Architecture:
         experts = fields.integer("num_local_experts", 8)
+        common = common_decoder_fields(fields, MISTRAL_7B_DEFAULTS)
         return Architecture(
-            **common_decoder_fields(fields, MISTRAL_7B_DEFAULTS),
+            **common,
+            **sliding_window_fields(fields, common["num_hidden_layers"], None),
             num_experts=experts,
             num_experts_per_tok=fields.integer("num_experts_per_tok", 2),
         )

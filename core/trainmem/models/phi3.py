@@ -10,7 +10,7 @@ copy before ``o_proj`` with fused attention, measured). PEFT has no default LoRA
 from __future__ import annotations
 
 from ..architecture import Architecture
-from .family import DecoderFamily, common_decoder_fields
+from .family import DecoderFamily, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
 
 PHI3_DEFAULTS = dict(
@@ -30,8 +30,10 @@ class Phi3(DecoderFamily):
     rope_concatenates = True
 
     def read_config(self, fields: ConfigFields) -> Architecture:
+        common = common_decoder_fields(fields, PHI3_DEFAULTS)
         return Architecture(
-            **common_decoder_fields(fields, PHI3_DEFAULTS),
+            **common,
+            **sliding_window_fields(fields, common["num_hidden_layers"], None),
             fused_qkv=True,
             fused_gate_up=True,
             residual_dropout=fields.probability("resid_pdrop"),

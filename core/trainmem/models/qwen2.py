@@ -12,7 +12,7 @@ qwen2_moe.
 from __future__ import annotations
 
 from ..architecture import Architecture
-from .family import DecoderFamily, common_decoder_fields
+from .family import DecoderFamily, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
 
 #: Qwen2Config's own defaults.
@@ -47,11 +47,23 @@ def sparse_step_dense_layers(fields: ConfigFields, layers: int) -> tuple[int, ..
     return tuple(i for i in range(layers) if i in listed or (i + 1) % step != 0)
 
 
+def qwen_sliding_window(fields: ConfigFields, layers: int) -> dict[str, object]:
+    """Qwen's window applies only with ``use_sliding_window``, to layers from ``max_window_layers`` on
+    (Qwen2Config.__post_init__), unless ``layer_types`` says otherwise."""
+    if not fields.boolean("use_sliding_window", False):
+        return {}
+    first = fields.integer("max_window_layers", 28, minimum=0)
+    return sliding_window_fields(fields, layers, 4096, tuple(range(min(first, layers), layers)))
+
+
 class Qwen2(DecoderFamily):
     model_type = "qwen2"
 
     def read_config(self, fields: ConfigFields) -> Architecture:
-        return Architecture(**common_decoder_fields(fields, QWEN2_DEFAULTS), attention_qkv_bias=True)
+        common = common_decoder_fields(fields, QWEN2_DEFAULTS)
+        return Architecture(
+            **common, **qwen_sliding_window(fields, common["num_hidden_layers"]), attention_qkv_bias=True
+        )
 
 
 class Qwen2Moe(DecoderFamily):
@@ -66,6 +78,7 @@ class Qwen2Moe(DecoderFamily):
         common["intermediate_size"] = fields.integer("moe_intermediate_size", 1408)
         return Architecture(
             **common,
+            **qwen_sliding_window(fields, common["num_hidden_layers"]),
             attention_qkv_bias=fields.boolean("qkv_bias", True),
             num_experts=experts,
             num_experts_per_tok=fields.integer("num_experts_per_tok", 4),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..architecture import Architecture
 from .family import QWEN2_MOE_STYLE_TARGETS, DecoderFamily, common_decoder_fields
 from .fields import ConfigFields
-from .qwen2 import QWEN2_DEFAULTS, sparse_step_dense_layers
+from .qwen2 import QWEN2_DEFAULTS, qwen_sliding_window, sparse_step_dense_layers
 
 QWEN3_MOE_DEFAULTS = dict(
     vocab_size=151936,
@@ -34,7 +34,13 @@ class Qwen3(DecoderFamily):
     def read_config(self, fields: ConfigFields) -> Architecture:
         common = common_decoder_fields(fields, {**QWEN2_DEFAULTS, "head_dim": 128})
         bias = fields.boolean("attention_bias", False)
-        return Architecture(**common, qk_norm=True, attention_qkv_bias=bias, attention_output_bias=bias)
+        return Architecture(
+            **common,
+            **qwen_sliding_window(fields, common["num_hidden_layers"]),
+            qk_norm=True,
+            attention_qkv_bias=bias,
+            attention_output_bias=bias,
+        )
 
 
 class Qwen3Moe(DecoderFamily):
@@ -50,6 +56,7 @@ class Qwen3Moe(DecoderFamily):
         common["intermediate_size"] = fields.integer("moe_intermediate_size", 768)
         return Architecture(
             **common,
+            **qwen_sliding_window(fields, common["num_hidden_layers"]),
             qk_norm=True,
             attention_qkv_bias=bias,
             attention_output_bias=bias,

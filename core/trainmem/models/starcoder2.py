@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..architecture import Architecture
 from .blocks import ModuleNames
-from .family import DecoderFamily, common_decoder_fields
+from .family import DecoderFamily, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
 
 STARCODER2_DEFAULTS = dict(
@@ -33,8 +33,10 @@ class Starcoder2(DecoderFamily):
 
     def read_config(self, fields: ConfigFields) -> Architecture:
         bias = fields.boolean("use_bias", True)
+        common = common_decoder_fields(fields, STARCODER2_DEFAULTS)
         return Architecture(
-            **common_decoder_fields(fields, STARCODER2_DEFAULTS),
+            **common,
+            **sliding_window_fields(fields, common["num_hidden_layers"], None),
             mlp="plain",
             norm="layernorm",
             attention_qkv_bias=bias,

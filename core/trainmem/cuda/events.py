@@ -1,0 +1,400 @@
+"""The allocation events of one simulated training step, tensor by tensor, for the allocator replay.
+
+The step simulation (``simulate.py``) keeps a running account of bytes per part; the caching
+allocator needs more: each tensor's size, and the order in which tensors are allocated and
+freed. This module rebuilds that order from the same pieces the simulation composes:
+
+* resident tensors (allocated before the step, never freed): every weight tensor, the LoRA
+  adapters, one master-weight and ``full_state_tensors`` optimizer-state tensors per
+  trainable tensor (DeepSpeed ZeRO flattens them into one partition each), the cuBLAS
+  workspace, and one block for every other resident part of the account (DDP buckets, the
+  ZeRO reduce bucket, the input batch, ...);
+* each decoder layer's forward and backward, from the allocation logs that the tape records
+  while it replays the layer (``Tape.events``, ``BackwardReplay.events``): a layer's output is
+  the next layer's input, the gradient a layer's backward leaves for its input is the previous
+  layer's incoming gradient, saved tensors are freed when backward releases them, autocast's
+  cached weight casts when the forward's autocast region ends;
+* activation checkpointing: the forward runs each layer without saving anything and keeps
+  its input; backward first recomputes the layer (its forward log again), then runs its
+  backward;
+* ZeRO-3/FSDP: each layer's gathered weights, allocated on the all-gather stream (a
+  separate pool of the caching allocator, as FSDP's and DeepSpeed's side streams are) one
+  layer ahead (prefetch) and freed after use; sharded gradients are reduce-scattered into a
+  shard once a layer's backward is done (FSDP: on its reduce-scatter stream);
+* the optimizer step's temporaries (foreach: one per trainable tensor, together; for-loop and
+  fused: one at a time) and ``zero_grad(set_to_none=True)``.
+
+An event is ``(op, key, bytes, stream)`` with op ``"alloc"`` or ``"free"``. Not modelled here:
+pipeline schedules with several micro-batches in flight (one is replayed), record_stream
+delays on side streams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Optional
+
+from ..layers import Trace
+from ..plan import Plan, Stage
+from ..tape import DTYPE_BYTES
+
+Event = tuple[str, Hashable, int, int]
+
+MAIN_STREAM = 0
+ALL_GATHER_STREAM = 1
+REDUCE_SCATTER_STREAM = 2
+
+PER_TENSOR_RESIDENT_PARTS = {
+    ("parameters", "weights"),
+    ("parameters", "LoRA adapters"),
+    ("optimizer_states", "master weights"),
+    ("optimizer_states", "optimizer states"),
+}
+"""Resident parts the stream lays out tensor by tensor; every other resident part is one block."""
+
+MAX_REPLAYED_MICRO_BATCHES = 2
+"""Later micro-batches repeat the second one (as in ``simulate.py``)."""
+
+
+@dataclass
+class _Stream:
+    """Builds the event list and keeps what is alive, so frees always match an allocation."""
+
+    events: list = field(default_factory=list)
+    live: dict = field(default_factory=dict)
+    by_namespace: dict = field(default_factory=dict)
+    """Live keys ``(namespace, storage)`` grouped by namespace (one traced piece)."""
+
+    def alloc(self, key: Hashable, nbytes: int, stream: int = MAIN_STREAM) -> None:
+        if nbytes <= 0 or key in self.live:
+            return
+        self.live[key] = (nbytes, stream)
+        self.events.append(("alloc", key, nbytes, stream))
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
+            self.by_namespace.setdefault(key[0], {})[key] = None
+
+    def free(self, key: Hashable) -> None:
+        found = self.live.pop(key, None)
+        if found is not None:
+            self.events.append(("free", key, found[0], found[1]))
+            if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
+                self.by_namespace.get(key[0], {}).pop(key, None)
+
+    def free_all(self, keys) -> None:
+        for key in list(keys):
+            self.free(key)
+
+
+def resident_tensors(plan: Plan, stage: Stage, resident_parts: dict, workspace_bytes: int) -> list[tuple[str, int]]:
+    """(name, bytes) of every tensor alive before the step starts, in allocation order."""
+    from ..simulate import model_states  # late: simulate imports the traces this module reads
+
+    states = model_states(plan, stage)
+    sharding = plan.sharding
+    tensors: list[tuple[str, int]] = []
+    slices = plan.slices(stage)
+    for index, slice_ in enumerate(slices):
+        per_tensor = plan.weight_bytes(slice_) // max(1, slice_.count) // sharding.weights
+        tensors += [(f"weight {index}.{copy}", per_tensor) for copy in range(slice_.count)]
+    adapters = plan.adapter_slices(stage)
+    for index, (_, per_layer, layers, *_) in enumerate(adapters):
+        per_tensor = per_layer * DTYPE_BYTES[plan.adapter_dtype] // 2 // sharding.weights
+        tensors += [(f"adapter {index}.{layer}.{ab}", per_tensor) for layer in range(layers) for ab in "AB"]
+    trainable = [(s.numel, s.count) for s in slices if s.trainable]
+    trainable += [(per_layer // 2, layers * 2) for _, per_layer, layers, *_ in adapters]
+    numel = sum(n * c for n, c in trainable) or 1
+    flat = plan.parallel.strategy == "zero" and plan.parallel.zero_stage >= 1
+    states_per_tensor = max(1, plan.optimizer.full_state_tensors)
+    for name, total in (("master weights", states.master_weights), ("optimizer state", states.optimizer_states)):
+        if total <= 0:
+            continue
+        copies = 1 if name == "master weights" else states_per_tensor
+        if flat:  # DeepSpeed's fp32 partitions are flat buffers
+            tensors += [(f"{name} flat {k}", total // copies) for k in range(copies)]
+            continue
+        for index, (n, count) in enumerate(trainable):
+            per_tensor = total * n // numel // copies
+            tensors += [(f"{name} {index}.{c}.{k}", per_tensor) for c in range(count) for k in range(copies)]
+    for (category, name), nbytes in resident_parts.items():
+        if (category, name) not in PER_TENSOR_RESIDENT_PARTS and nbytes > 0:
+            tensors.append((f"{category}: {name}", nbytes))
+    if workspace_bytes:
+        tensors.append(("cuBLAS workspace", workspace_bytes))
+    return tensors
+
+
+class _StepBuilder:
+    """Lays out one optimizer step's events on a :class:`_Stream`."""
+
+    def __init__(self, plan: Plan, stage: Stage, stream: _Stream, step: int, max_layers: Optional[int] = None):
+        from ..simulate import _gathered_weights, _resident_gradient_buffer, _traces, model_states
+
+        self.plan, self.stage, self.out, self.step = plan, stage, stream, step
+        self.states = model_states(plan, stage)
+        self.gathered_bytes: dict[int, int] = {
+            kind: (layer if _gathered_weights(plan, layer)[0] else 0)
+            for kind, layer in self.states.gathered_layer_weights.items()
+        }
+        """By layer kind: one layer's gathered weights; with sharded weights the next layer's are prefetched."""
+        self.prefetch = plan.sharding.weights > 1
+        self.gather_stream = ALL_GATHER_STREAM if plan.sharding.weights > 1 else MAIN_STREAM
+        self.resident_gradients = bool(_resident_gradient_buffer(plan))
+        self.shard_gradients = plan.sharding.gradients > 1 or self.resident_gradients
+        self.first = _traces(plan, stage, grads_exist=False)
+        accumulation = plan.setup.gradient_accumulation_steps
+        self.later = _traces(plan, stage, grads_exist=True) if accumulation > 1 else self.first
+        self.param_grads: list[Hashable] = []
+        self.grad_shards: list[Hashable] = []
+        self.layers = stage.num_layers if max_layers is None else min(stage.num_layers, max_layers)
+        self.kind_of = [kind for _, count, kind in plan.stage_layer_runs(stage) for _ in range(count)][: self.layers]
+        """The layer kind (position in inventory.layer_groups) of each replayed layer, in stage order."""
+
+    # ------------------------------------------------------------ one traced piece
+    def forward(
+        self, trace: Trace, ns: tuple, input_ref: Optional[Hashable], keep_input: bool = False, no_grad: bool = False
+    ) -> tuple[Hashable, list[Hashable]]:
+        """Replay a piece's forward log; returns (output key, leftover keys freed at autocast exit).
+
+        ``no_grad``: the forward runs under ``torch.no_grad`` (checkpointing's first pass): whatever
+        the tape would have saved is freed as soon as the piece returns."""
+        in_storage = trace.input_key[0] if trace.input_key else None
+        for op, storage, nbytes in trace.forward_events:
+            if storage == in_storage:
+                if op == "free" and not keep_input and input_ref is not None:
+                    self.out.free(input_ref)
+                continue
+            key = (ns, storage)
+            if op == "alloc":
+                self.out.alloc(key, nbytes)
+            else:
+                self.out.free(key)
+        output = (ns, trace.output_key[0]) if trace.output_key else None
+        if no_grad:
+            self.out.free_all([key for key in self._keys_of(ns) if key != output])
+            return output, []
+        released_in_backward = {k for op, k, _ in trace.backward_events if op == "free" and isinstance(k, int)}
+        leftovers = [key for key in self._keys_of(ns) if key != output and key[1] not in released_in_backward]
+        return output, leftovers
+
+    def _keys_of(self, ns: tuple) -> list[tuple]:
+        return list(self.out.by_namespace.get(ns, ()))
+
+    def backward(
+        self, trace: Trace, ns: tuple, input_ref: Optional[Hashable], grad_ref: Optional[Hashable]
+    ) -> Optional[Hashable]:
+        """Replay a piece's backward log; returns the key of the gradient it leaves for its input."""
+        in_storage, in_uid = trace.input_key if trace.input_key else (None, None)
+        out_uid = trace.output_key[1] if trace.output_key else None
+        for op, key, nbytes in trace.backward_events:
+            if isinstance(key, int):
+                mapped = input_ref if key == in_storage else (ns, key)
+            elif key[0] == "g" and key[1] == out_uid:
+                mapped = grad_ref
+            else:
+                mapped = (ns, key)
+            if mapped is None:
+                continue
+            if op == "alloc":
+                self.out.alloc(mapped, nbytes)
+                if isinstance(key, tuple) and key[0] == "p":
+                    self.param_grads.append(mapped)
+            else:
+                self.out.free(mapped)
+        if grad_ref is not None:
+            self.out.free(grad_ref)  # consumed: the engine drops the incoming gradient
+        leftover = (ns, ("g", in_uid))
+        return leftover if leftover in self.out.live else None
+
+    def reduce_gradients(self, ns: tuple, shard_bytes: int) -> None:
+        """ZeRO-2/3, FSDP: the layer's full gradients become a shard (or go into a resident buffer).
+
+        FSDP2 copies them into a reduce-scatter input and writes the shard on its reduce-scatter
+        stream (``foreach_reduce`` in torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), so
+        both come from that stream's pool; DeepSpeed reduces into its resident bucket."""
+        if not self.shard_gradients:
+            return
+        mine = [key for key in self.param_grads if key[0] == ns]
+        fsdp = self.plan.parallel.strategy == "fsdp" and self.plan.sharding.gradients > 1
+        stream = REDUCE_SCATTER_STREAM if fsdp else MAIN_STREAM
+        if fsdp and mine:
+            self.out.alloc((ns, "reduce-scatter input"), sum(self.out.live[key][0] for key in mine), stream)
+        self.out.free_all(mine)
+        self.param_grads = [key for key in self.param_grads if key[0] != ns]
+        if not self.resident_gradients and shard_bytes:
+            key = (ns, "gradient shard")
+            self.out.alloc(key, shard_bytes, stream)
+            self.grad_shards.append(key)
+        self.out.free((ns, "reduce-scatter input"))
+
+    # ------------------------------------------------------------ the step
+    def micro_batch(self, micro_batch: int) -> None:
+        plan, stage = self.plan, self.stage
+        traces = self.first if micro_batch == 1 else self.later
+        checkpointing = plan.setup.activation_checkpointing == "full"
+        layers = self.layers
+        tag = (self.step, micro_batch)
+        hidden: Optional[Hashable] = None
+        autocast_exit: list[Hashable] = []
+        inputs: list[Optional[Hashable]] = []
+        if traces.embedding is not None:
+            hidden, rest = self.forward(traces.embedding, (tag, "embedding"), None)
+            autocast_exit += rest
+        else:
+            hidden = (tag, "received activation")
+            self.out.alloc(hidden, self._stream_bytes())
+        embedding_output = hidden
+        gather = self._gather_key(tag, "forward", 0)
+        for index in range(layers):
+            kind = traces.kinds[self.kind_of[index]]
+            trace = kind.first_layer if index == 0 else kind.layer
+            self._gather(gather)
+            if self.prefetch and index + 1 < layers:
+                self._gather(self._gather_key(tag, "forward", index + 1))
+            inputs.append(hidden)
+            if checkpointing:
+                hidden, rest = self.forward(
+                    kind.no_grad_layer, (tag, "forward", index), hidden, keep_input=True, no_grad=True
+                )
+            else:
+                hidden, rest = self.forward(trace, (tag, "layer", index), hidden, keep_input=index == 0)
+            autocast_exit += rest
+            self.out.free(gather)
+            gather = self._gather_key(tag, "forward", index + 1)
+        self.out.free(gather)
+        grad: Optional[Hashable] = None
+        if traces.head is not None:
+            head_ns = (tag, "head")
+            output, rest = self.forward(traces.head, head_ns, hidden)
+            self.out.free_all(autocast_exit + rest)  # the autocast region ends with the loss
+            if embedding_output is not None and not checkpointing:
+                first_run = traces.first_run_trace()
+                saved_by_first = first_run is not None and first_run.first_layer.input_saved
+                if not saved_by_first and traces.embedding is not None:
+                    self.out.free(embedding_output)
+            loss_grad = (tag, "loss gradient")
+            self.out.alloc(loss_grad, 512)
+            grad = self.backward(traces.head, head_ns, hidden, loss_grad)
+            self.out.free(output)
+            self.reduce_gradients(head_ns, self.states.gradients_head)
+        else:
+            self.out.free_all(autocast_exit)
+            grad = (tag, "received gradient")
+            self.out.alloc(grad, self._stream_bytes())
+        gather = self._gather_key(tag, "backward", layers - 1)
+        for index in reversed(range(layers)):
+            kind = traces.kinds[self.kind_of[index]]
+            trace = kind.first_layer if index == 0 else kind.layer
+            self._gather(gather)
+            if self.prefetch and index > 0:
+                self._gather(self._gather_key(tag, "backward", index - 1))
+            layer_input = inputs[index]
+            if checkpointing:
+                ns = (tag, "recompute", index)
+                output, rest = self.forward(trace, ns, layer_input, keep_input=True)
+                grad = self.backward(trace, ns, layer_input, grad)
+                self.out.free_all(rest + ([output] if output is not None else []))
+                if index > 0 or traces.embedding is None:
+                    self.out.free(layer_input)
+            else:
+                ns = (tag, "layer", index)
+                grad = self.backward(trace, ns, layer_input, grad)
+            self.reduce_gradients(ns, self.states.gradients_per_layer[self.kind_of[index]])
+            self.out.free(gather)
+            gather = self._gather_key(tag, "backward", index - 1)
+        if traces.embedding is not None:
+            ns = (tag, "embedding")
+            self.backward(traces.embedding, ns, None, grad)
+            self.out.free(embedding_output)
+            self.reduce_gradients(ns, self.states.gradients_embedding)
+        elif grad is not None:
+            self.out.free(grad)
+        if hidden is not None:
+            self.out.free(hidden)
+        # Anything of this micro-batch still alive that is not a gradient is released with the graph.
+        grads = set(self.param_grads) | set(self.grad_shards)
+        self.out.free_all(
+            [key for key in self.out.live if isinstance(key, tuple) and _micro_batch_of(key) == tag and key not in grads]
+        )
+
+    def optimizer_step(self) -> None:
+        plan, states = self.plan, self.states
+        precision = plan.precision
+        tag = (self.step, "optimizer")
+        if precision.master_weights and precision.gradient_dtype != "fp32" and not plan.parallel.offload_optimizer:
+            self.out.alloc((tag, "fp32 gradient partition"), states.trainable_numel * 4 // plan.sharding.optimizer)
+        temporaries = states.step_temporaries
+        if temporaries:
+            if plan.optimizer_implementation == "foreach":
+                # One temporary per trainable tensor (or shard), all alive together, in proportion to its size.
+                sizes = _trainable_numels(plan, self.stage)
+                total = sum(sizes) or 1
+                keys = [(tag, "foreach temporary", k) for k in range(len(sizes))]
+                for key, numel in zip(keys, sizes):
+                    self.out.alloc(key, temporaries * numel // total)
+                self.out.free_all(keys)
+            else:
+                self.out.alloc((tag, "step temporaries"), temporaries)
+                self.out.free((tag, "step temporaries"))
+        self.out.free((tag, "fp32 gradient partition"))
+        # zero_grad(set_to_none=True)
+        self.out.free_all(self.param_grads + self.grad_shards)
+        self.param_grads, self.grad_shards = [], []
+
+    # ------------------------------------------------------------ helpers
+    def _stream_bytes(self) -> int:
+        from ..simulate import _shape
+
+        return _shape(self.plan).stream_tokens * self.plan.architecture.hidden_size * DTYPE_BYTES[
+            self.plan.precision.stream_dtype
+        ]
+
+    def _gather_key(self, tag: tuple, phase: str, index: int) -> tuple:
+        return ((tag, phase, index), "gathered weights")
+
+    def _gather(self, key: tuple) -> None:
+        index = key[0][2]
+        if 0 <= index < len(self.kind_of) and self.gathered_bytes.get(self.kind_of[index]):
+            self.out.alloc(key, self.gathered_bytes[self.kind_of[index]], self.gather_stream)
+
+
+def _trainable_numels(plan: Plan, stage: Stage) -> list[int]:
+    """Element counts of every trainable tensor of the rank, in ``model.parameters()`` order."""
+    numels = [s.numel for s in plan.slices(stage) if s.trainable for _ in range(s.count)]
+    for _, per_layer, layers, _ in plan.adapter_slices(stage):
+        numels += [per_layer // 2] * (2 * layers)
+    return numels
+
+
+def _micro_batch_of(key: tuple):
+    head = key[0]
+    while isinstance(head, tuple) and head and isinstance(head[0], tuple):
+        head = head[0]
+    return head if isinstance(head, tuple) and len(head) == 2 and isinstance(head[0], int) else None
+
+
+def step_events(
+    plan: Plan,
+    stage: Stage,
+    resident_parts: dict,
+    workspace_bytes: int,
+    steps: int = 2,
+    max_layers: Optional[int] = None,
+) -> list[Event]:
+    """The allocation events of ``steps`` optimizer steps on a rank of ``stage`` (resident tensors first).
+
+    ``max_layers`` replays the forward and backward of only that many decoder layers (the resident
+    tensors stay those of the whole model): :mod:`trainmem.cuda.memory` extrapolates from two such
+    truncated replays for deep models."""
+    stream = _Stream()
+    for name, nbytes in resident_tensors(plan, stage, resident_parts, workspace_bytes):
+        stream.alloc(("resident", name), nbytes)
+    if plan.architecture is None:
+        return stream.events
+    accumulation = plan.setup.gradient_accumulation_steps
+    for step in range(steps):
+        builder = _StepBuilder(plan, stage, stream, step, max_layers)
+        for micro_batch in range(1, min(accumulation, MAX_REPLAYED_MICRO_BATCHES) + 1):
+            builder.micro_batch(micro_batch)
+        builder.optimizer_step()
+        stream.events.append(("step_end", step, 0, 0))
+    return stream.events
