@@ -17,7 +17,23 @@ from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, MEDIAN_TARGET, compar
 
 CORPUS = load_corpus(default_corpus_path(distributed=True))
 
-NOT_YET_MODELLED: dict[str, str] = {}
+_BUCKET_COPY = (
+    "peak within 0.5%, activations off: DeepSpeed's gradient hook holds each parameter's gradient until it is "
+    "copied into the reduce bucket (the measurement sees an unnamed tensor, trainmem a gradient)"
+)
+_OFFLOAD = (
+    "offload: on CPU the offloaded buffers (fp32 gradient partitions, pinned bit16 staging, fp64 norm copies) share "
+    "the one memory pool; trainmem puts them in host RAM, and the device/host split is not compared yet"
+)
+NOT_YET_MODELLED: dict[str, str] = {
+    "zero1-llama-7m-fp32-w2": "peak within 0.5%, activations off: ZeRO-1 flattens the gradients into the rank's "
+    "partition at the end of backward (get_flat_partition's torch.cat, uneven across ranks); not simulated",
+    "zero1-llama-7m-bf16-w2": _BUCKET_COPY,
+    "zero2-llama-7m-bf16-w2": _BUCKET_COPY,
+    "zero2-llama-7m-fp32-w2": _BUCKET_COPY,
+    "zero2-llama-7m-bf16-offload-w2": _OFFLOAD,
+    "zero3-llama-7m-bf16-offload-w2": _OFFLOAD,
+}
 """Case id (without -rankN) -> what trainmem does not model yet."""
 
 
@@ -51,11 +67,16 @@ def test_category_error_target(comparisons):
     assert worst.worst_category_error <= CATEGORY_TARGET, (worst.id, worst.categories)
 
 
-@pytest.mark.parametrize("measurement", OPEN, ids=[m.id for m in OPEN])
-def test_open_cases_are_still_open(measurement):
-    comparison = compare(measurement, trainmem.estimate(measurement.setup, suggestions=False))
-    meets = abs(comparison.relative_error) <= MAX_TARGET and comparison.worst_category_error <= CATEGORY_TARGET
-    assert not meets, f"{measurement.id} now meets the targets: remove it from NOT_YET_MODELLED"
+@pytest.mark.parametrize("case", sorted(NOT_YET_MODELLED))
+def test_open_cases_are_still_open(case):
+    ranks = [m for m in OPEN if _case(m) == case]
+    assert ranks, f"{case} is not in the distributed corpus"
+
+    def meets(measurement) -> bool:
+        comparison = compare(measurement, trainmem.estimate(measurement.setup, suggestions=False))
+        return abs(comparison.relative_error) <= MAX_TARGET and comparison.worst_category_error <= CATEGORY_TARGET
+
+    assert not all(meets(m) for m in ranks), f"{case} now meets the targets on every rank: remove it from NOT_YET_MODELLED"
 
 
 @pytest.mark.parametrize("measurement", CORPUS, ids=[m.id for m in CORPUS])
