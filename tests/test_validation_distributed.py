@@ -31,6 +31,7 @@ NOT_YET_MODELLED: dict[str, str] = {
     "zero1-llama-7m-bf16-w2": _BUCKET_COPY,
     "zero2-llama-7m-bf16-w2": _BUCKET_COPY,
     "zero2-llama-7m-fp32-w2": _BUCKET_COPY,
+    "zero2-llama-7m-bf16-ckpt-w2": _BUCKET_COPY,
     "zero2-llama-7m-bf16-offload-w2": _OFFLOAD,
     "zero3-llama-7m-bf16-offload-w2": _OFFLOAD,
 }
