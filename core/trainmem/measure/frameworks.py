@@ -187,9 +187,6 @@ class FSDP2(Framework):
         _fsdp_param_group.foreach_all_gather = labelled_all_gather
         _fsdp_param_group.foreach_reduce = labelled_reduce
 
-    def parameter_tensors(self) -> Iterator[torch.Tensor]:
-        yield from super().parameter_tensors()
-
     def owned_tensors(self) -> Owned:
         owned: Owned = []
         for module in self.model.modules():
