@@ -32,7 +32,7 @@ def estimate(setup: dict) -> trainmem.Report:
 )
 @pytest.mark.parametrize("ranks", [2, 8, 64])
 def test_megatron_bytes_per_parameter(precision, distributed, bytes_per_parameter, ranks):
-    parallelism = {"num_gpus": ranks, "strategy": "zero", "zero_stage": 1} if distributed else {"num_gpus": ranks}
+    parallelism = {"num_gpus": ranks, "strategy": "megatron", "use_distributed_optimizer": distributed}
     report = estimate(
         {"model": {"num_parameters": PSI}, "precision": precision, "optimizer": "adam", "parallelism": parallelism}
     )

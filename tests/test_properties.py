@@ -115,8 +115,11 @@ def model_state_bytes(report: trainmem.Report) -> int:
 
 
 @SETTINGS
-@given(base_setups, st.sampled_from([0, 1, 2]), st.sampled_from([2, 4, 8, 16]))
+@given(base_setups, st.sampled_from([1, 2]), st.sampled_from([2, 4, 8, 16]))
 def test_model_states_never_grow_with_zero_stage_or_gpus(setup, stage, num_gpus):
+    # From stage 1 on: stage 0 → 1 can grow them, because DeepSpeed ZeRO builds an fp32 copy of the
+    # rank's partition whatever the model's dtype (measured: zero1-llama-7m-fp32-w2), which an
+    # optimizer with little state (SGD) does not pay back on few ranks.
     setup = {**setup, "parallelism": {"num_gpus": num_gpus, "strategy": "zero", "zero_stage": stage}}
     assume(valid(setup))
     higher_stage = {**setup, "parallelism": {**setup["parallelism"], "zero_stage": stage + 1}}

@@ -10,6 +10,8 @@ fused linear cross-entropy) runs the same ops on 1/chunks of the tokens at a tim
 
 from __future__ import annotations
 
+from typing import Optional
+
 from .architecture import Architecture
 from .layers import LayerKernels, LayerProgram, LayerShape, Trace, Trainability, replay
 from .tape import Sym, Tape
@@ -28,11 +30,14 @@ def trace_embedding(
     trainability: Trainability,
     parameter_grads_exist: bool = False,
     token_grad_exists: bool = False,
+    vocab: Optional[int] = None,
 ) -> Trace:
     """``embed_tokens(input_ids)`` (+ GPT-2's learned positions and dropout, Gemma's sqrt(h) scaling).
 
     The embedding output stays referenced by the model's forward (``inputs_embeds``) until the
-    forward returns; the caller keeps it alive through the forward.
+    forward returns; the caller keeps it alive through the forward. ``vocab``: the rows this
+    rank holds (vocab / t under tensor parallelism: Megatron's ``VocabParallelEmbedding`` and
+    DTensor's ``RowwiseParallel`` embedding both leave the gradient of the rank's slice only).
     """
     from .models import family_for
 
@@ -40,7 +45,7 @@ def trace_embedding(
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     tokens, h = shape.stream_tokens, shape.hidden
     weight = Sym(
-        arch.vocab_size * h,
+        (vocab or arch.vocab_size) * h,
         kernels.weight_dtype,
         trainability.trains(names.embed_tokens),
         "external" if token_grad_exists else "parameter",
@@ -73,8 +78,12 @@ def trace_loss_head(
     trainability: Trainability,
     vocab_per_rank: int,
     parameter_grads_exist: bool = False,
+    gathered_vocab: Optional[int] = None,
 ) -> Trace:
-    """Final norm, ``lm_head``, optional logit soft-capping, ``logits.float()`` and cross-entropy."""
+    """Final norm, ``lm_head``, optional logit soft-capping, ``logits.float()`` and cross-entropy.
+
+    ``gathered_vocab``: the head's local logits (``vocab_per_rank`` columns) are all-gathered to
+    this many columns before the loss (DTensor ``ColwiseParallel(output_layouts=Replicate())``)."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     program = _program(arch, shape, kernels, trainability, tape)
     tokens, h = shape.stream_tokens, shape.hidden
@@ -84,6 +93,10 @@ def trace_loss_head(
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
     logits = tape.linear(normed, weight, vocab_per_rank)
     tape.release(normed)
+    if gathered_vocab:
+        local = logits
+        logits = tape.copy(local, tokens * gathered_vocab)  # the all-gather: nothing saved
+        tape.release(local)
     if arch.final_logit_softcapping:  # logits / cap -> tanh -> * cap
         divided = tape.scale(logits)
         tape.release(logits)

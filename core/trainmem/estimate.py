@@ -10,11 +10,24 @@ from .cuda.memory import rank_cuda, scaled_reserve
 from .cuda.outside import cublas_workspace
 from .fit import gpus_that_fit, resolve_gpu, verdict
 from .plan import Plan
-from .report import CATEGORIES, Breakdown, Part, PeakMoment, RankReport, Report, Resolved, Suggestion, Timeline
+from .parallel.host import host_memory
+from .report import (
+    CATEGORIES,
+    Breakdown,
+    HostMemoryReport,
+    HostPartReport,
+    Part,
+    PeakMoment,
+    RankReport,
+    Report,
+    Resolved,
+    Suggestion,
+    Timeline,
+)
 from .setup import Setup
 from .simulate import RankSimulation, attention_kernel, simulate_rank
 from .tape import DTYPE_BYTES
-from .units import format_bytes, format_count
+from .units import GIB, format_bytes, format_count
 
 _PHASE_DESCRIPTIONS = {
     "start": "between steps: only the model states are resident",
@@ -58,6 +71,7 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
         fit=verdict(gpu, required, setup.headroom_fraction, "upper bound" if plan.device == "cuda" else ""),
         fits_on=gpus_that_fit(required, setup.headroom_fraction),
         warnings=_warnings(plan, gpu),
+        host=_host_report(plan, max(rank.cpu_offload_bytes for rank in ranks)),
     )
     if suggestions:
         from .suggest import suggest  # suggestions re-run estimate: imported late to avoid a cycle
@@ -154,6 +168,33 @@ def _rank_report(plan: Plan, simulation: RankSimulation, gpu: GPU, full: bool) -
         peak_reserved_bytes=peak_reserved,
         upper_bound_bytes=upper_bound,
         cuda=cuda,
+    )
+
+
+def _host_report(plan: Plan, offloaded_bytes_per_rank: int) -> HostMemoryReport:
+    """Host RAM per node (trainmem.parallel.host), with a verdict when the setup gives a budget."""
+    host = host_memory(plan, offloaded_bytes_per_rank)
+    budget_gib = plan.parallel.host_ram_gib_per_node
+    budget = int(budget_gib * GIB) if budget_gib is not None else None
+    fits = None if budget is None else host.peak_bytes <= budget
+    message = ""
+    if budget is not None:
+        verdict_word = "fits" if fits else "does not fit"
+        message = (
+            f"Host RAM {verdict_word}: {format_bytes(host.peak_bytes)} of {format_bytes(budget)} per node "
+            f"({'model load' if host.load_bytes >= host.steady_bytes else 'training'} is the larger moment)."
+        )
+    return HostMemoryReport(
+        ranks_per_node=host.ranks_per_node,
+        peak_bytes=host.peak_bytes,
+        steady_bytes=host.steady_bytes,
+        load_bytes=host.load_bytes,
+        steady_parts=[HostPartReport(name=p.name, bytes=p.bytes, detail=p.detail) for p in host.steady_parts],
+        load_parts=[HostPartReport(name=p.name, bytes=p.bytes, detail=p.detail) for p in host.load_parts],
+        nvme_bytes=host.nvme_bytes,
+        budget_bytes=budget,
+        fits=fits,
+        message=message,
     )
 
 

@@ -129,6 +129,11 @@ class Plan:
             if strategy == "SHARD_GRAD_OP":
                 return Sharding(1, group, group)
             return Sharding(group, group, group)
+        if parallel.strategy == "megatron" and parallel.use_distributed_optimizer:
+            # Megatron-Core DistributedOptimizer (megatron/core/optimizer/distrib_optimizer.py): each data-parallel
+            # rank owns a shard of the fp32 main params and optimizer states; the bf16 weights and the fp32 grad
+            # buffer stay whole (the grads are reduce-scattered into the buffer, not freed).
+            return Sharding(1, 1, dp)
         return Sharding(1, 1, 1)
 
     @cached_property

@@ -139,7 +139,7 @@ def resolve_precision(setup: Setup) -> PrecisionPlan:
             name = f"{half}-master-weights"
         elif parallel.strategy == "fsdp":
             name = f"fsdp-mixed-{half}"
-        elif parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
+        elif parallel.strategy == "megatron" or parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
             name = "bf16-master-weights-fp32-grads" if half == "bf16" else "fp16-master-weights"
         else:
             name = f"amp-{half}"

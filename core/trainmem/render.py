@@ -100,6 +100,22 @@ def render_report(report: Report) -> str:
         lines += _cuda_lines(rank)
         if rank.cpu_offload_bytes:
             lines.append(f"  offloaded to CPU memory: {format_bytes(rank.cpu_offload_bytes)}")
+    host = report.host
+    if host is not None and (host.budget_bytes is not None or host.steady_parts and any(
+        part.name in ("offloaded model states", "pinned NVMe swap buffers") for part in host.steady_parts
+    )):
+        lines += ["", f"Host RAM per node ({host.ranks_per_node} ranks): {format_bytes(host.peak_bytes)}"]
+        for title, parts, total in (
+            ("training", host.steady_parts, host.steady_bytes),
+            ("model load", host.load_parts, host.load_bytes),
+        ):
+            lines.append(f"  {title:<12}{format_bytes(total):>12}")
+            for part in parts:
+                lines.append(f"      {part.name:<34}{format_bytes(part.bytes):>12}  ({part.detail})")
+        if host.nvme_bytes:
+            lines.append(f"  NVMe per node (ZeRO-Infinity): {format_bytes(host.nvme_bytes)}")
+        if host.message:
+            lines.append(host.message)
     fit = report.fit
     lines += ["", fit.message]
     if report.fits_on:

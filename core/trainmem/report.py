@@ -173,6 +173,29 @@ class Resolved(FrozenModel):
     model_description: str
 
 
+class HostPartReport(FrozenModel):
+    """One contributor to a node's host RAM."""
+
+    name: str
+    bytes: int
+    detail: str = ""
+
+
+class HostMemoryReport(FrozenModel):
+    """Host (CPU) RAM of one node: the training steady state, the model load, and NVMe for ZeRO-Infinity."""
+
+    ranks_per_node: int
+    peak_bytes: int = Field(description="max(steady_bytes, load_bytes): what the node's RAM must hold.")
+    steady_bytes: int = Field(description="During training: offloaded states, pinned buffers, processes, workers.")
+    load_bytes: int = Field(description="While the model is loaded, before training starts.")
+    steady_parts: list[HostPartReport]
+    load_parts: list[HostPartReport]
+    nvme_bytes: int = Field(default=0, description="Offloaded states on NVMe per node (offload_device 'nvme').")
+    budget_bytes: Optional[int] = Field(default=None, description="parallelism.host_ram_gib_per_node, in bytes.")
+    fits: Optional[bool] = Field(default=None, description="peak_bytes ≤ budget_bytes; None without a budget.")
+    message: str = ""
+
+
 class Report(FrozenModel):
     """Everything trainmem predicts for one setup. Top-level peak fields are the heaviest rank's."""
 
@@ -194,6 +217,7 @@ class Report(FrozenModel):
     fits_on: list[str] = Field(description="Catalog GPUs whose usable memory holds the heaviest rank.")
     suggestions: list[Suggestion] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    host: Optional[HostMemoryReport] = Field(default=None, description="Host RAM per node (trainmem.parallel.host).")
 
     @property
     def timeline(self) -> Timeline:

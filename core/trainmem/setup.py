@@ -18,6 +18,7 @@ from pydantic import (
     Discriminator,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     Tag,
@@ -183,8 +184,15 @@ class Parallelism(FrozenModel):
     """How the run spreads over GPUs: data parallel (DDP, DeepSpeed ZeRO, FSDP) and model parallel sizes."""
 
     num_gpus: PositiveInt = Field(default=1, description="GPUs in the run; data parallel size = num_gpus / (tp·pp·cp).")
-    strategy: Literal["ddp", "zero", "fsdp"] = Field(
-        default="ddp", description="Data parallelism: PyTorch DDP, DeepSpeed ZeRO, or PyTorch FSDP."
+    strategy: Literal["ddp", "zero", "fsdp", "megatron"] = Field(
+        default="ddp",
+        description="Data parallelism: PyTorch DDP, DeepSpeed ZeRO, PyTorch FSDP, or Megatron-Core's DDP with its "
+        "distributed optimizer (use_distributed_optimizer).",
+    )
+    use_distributed_optimizer: bool = Field(
+        default=True,
+        description="Megatron-Core (strategy 'megatron'): shard the fp32 master weights and optimizer states over the "
+        "data-parallel ranks (6 + 12/d bytes per parameter with bf16 and Adam); False keeps them whole (18).",
     )
     zero_stage: Literal[0, 1, 2, 3] = Field(
         default=0,
@@ -196,11 +204,61 @@ class Parallelism(FrozenModel):
     offload_parameters: bool = Field(default=False, description="Weights in CPU memory (ZeRO-3 / FSDP only).")
     tensor_parallel_size: PositiveInt = 1
     pipeline_parallel_size: PositiveInt = 1
+    pipeline_virtual_stages: PositiveInt = Field(
+        default=1,
+        description="Megatron virtual_pipeline_model_parallel_size: model chunks per pipeline rank (interleaved 1F1B); "
+        "1: the plain 1F1B schedule.",
+    )
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tensor parallel).")
     context_parallel_size: PositiveInt = 1
     expert_parallel_size: PositiveInt = 1
     bucket_size_mib: PositiveFloat = Field(
         default=25.0, description="DDP bucket_cap_mb / DeepSpeed reduce_bucket_size (converted to MiB)."
+    )
+    zero_reduce_bucket_size: PositiveInt = Field(
+        default=500_000_000,
+        description="DeepSpeed zero_optimization.reduce_bucket_size, in elements (5e8 by default). DeepSpeed 0.19 "
+        "allocates the bucket at this size whatever the model's size.",
+    )
+    zero3_max_live_parameters: PositiveInt = Field(
+        default=1_000_000_000,
+        description="DeepSpeed stage3_max_live_parameters (1e9): a model at most this large stays gathered from "
+        "forward to backward under ZeRO-3.",
+    )
+    zero_overlap_comm: Optional[bool] = Field(
+        default=None,
+        description="DeepSpeed zero_optimization.overlap_comm (a second reduce bucket); None: DeepSpeed's default "
+        "(True for stage 3, False otherwise).",
+    )
+    fsdp_version: Literal[1, 2] = Field(
+        default=2, description="FSDP1 (FullyShardedDataParallel, flat parameters) or FSDP2 (fully_shard, DTensor shards)."
+    )
+    fsdp_reshard_after_forward: bool = Field(
+        default=True,
+        description="FSDP2 fully_shard(reshard_after_forward=...): free each unit's unsharded weights after its forward "
+        "(True) or keep them until its backward (False, ZeRO-2-like).",
+    )
+    fsdp_reduce_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = Field(
+        default=None,
+        description="FSDP MixedPrecisionPolicy(reduce_dtype=...): the dtype gradients are reduce-scattered in; "
+        "None: the param dtype.",
+    )
+    offload_device: Literal["cpu", "nvme"] = Field(
+        default="cpu",
+        description="Where offloaded states go: CPU memory, or NVMe (DeepSpeed ZeRO-Infinity, offload_*.device='nvme').",
+    )
+    model_load: Literal["every_rank", "rank0", "sharded"] = Field(
+        default="every_rank",
+        description="How the weights are loaded into host RAM: every rank loads the full state dict, rank 0 only "
+        "(FSDP sync_module_states / cpu_ram_efficient_loading), or each rank its shard (deepspeed.zero.Init, meta device).",
+    )
+    host_ram_gib_per_node: Optional[PositiveFloat] = Field(
+        default=None, description="Host RAM of one node, for a host-RAM fit verdict (None: no verdict)."
+    )
+    tensor_parallel_flavor: Literal["megatron", "dtensor"] = Field(
+        default="megatron",
+        description="megatron: Megatron-Core TP (vocabulary-parallel embedding and loss); dtensor: PyTorch "
+        "parallelize_module with colwise/rowwise plans (torchtitan, transformers tp_plan).",
     )
 
     @model_validator(mode="before")
@@ -229,8 +287,14 @@ class Parallelism(FrozenModel):
             raise FieldError(
                 "offload_parameters", "offload_parameters needs strategy 'zero' with zero_stage 3, or strategy 'fsdp'"
             )
-        if self.offload_optimizer and self.strategy == "ddp":
+        if self.offload_optimizer and self.strategy in ("ddp", "megatron"):
             raise FieldError("offload_optimizer", "offload_optimizer needs strategy 'zero' or 'fsdp'")
+        if self.pipeline_virtual_stages > 1 and self.pipeline_parallel_size == 1:
+            raise FieldError("pipeline_virtual_stages", "pipeline_virtual_stages > 1 needs pipeline_parallel_size > 1")
+        if self.offload_device == "nvme" and not (self.offload_optimizer or self.offload_parameters):
+            raise FieldError("offload_device", "offload_device 'nvme' needs offload_optimizer or offload_parameters")
+        if self.offload_device == "nvme" and self.strategy != "zero":
+            raise FieldError("offload_device", "offload_device 'nvme' is DeepSpeed ZeRO-Infinity: needs strategy 'zero'")
         if self.sequence_parallel and self.tensor_parallel_size == 1:
             raise FieldError("sequence_parallel", "sequence_parallel needs tensor_parallel_size > 1")
         data_parallel = self.num_gpus // model_parallel
@@ -378,6 +442,20 @@ class Runtime(FrozenModel):
     torch_compile: bool = Field(default=False, description="torch.compile: Triton kernels and autotuning buffers.")
     cuda_graphs: bool = Field(
         default=False, description="CUDA graphs (mode='reduce-overhead'): a private pool keeps the captured memory."
+    )
+    nccl_communicator_mib: Optional[NonNegativeFloat] = Field(
+        default=None,
+        description="NCCL buffer memory per communicator (one per process group larger than 1); default 656 MiB "
+        "(NVIDIA/nccl#964's A100 figure), an assumption.",
+    )
+    host_process_mib: NonNegativeFloat = Field(
+        default=2048.0,
+        description="Host RAM of one training process before any model state (interpreter, torch, CUDA host state); "
+        "an assumption, not measured.",
+    )
+    dataloader_workers: NonNegativeInt = Field(default=0, description="DataLoader num_workers per rank.")
+    dataloader_worker_mib: NonNegativeFloat = Field(
+        default=1024.0, description="Host RAM of one dataloader worker process (an assumption: set what you observe)."
     )
 
 

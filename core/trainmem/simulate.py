@@ -32,10 +32,9 @@ from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
+from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
 from .timeline import MemoryAccount
 
-ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
-"""DeepSpeed zero_optimization.reduce_bucket_size default (5e8 elements)."""
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
 """DeepSpeed stage3_prefetch_bucket_size default (5e7 elements)."""
 ZERO3_PERSISTENCE_THRESHOLD = 100_000
@@ -195,21 +194,26 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     if stage.has_embedding:
         # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
         tied = arch.tie_word_embeddings and stage.has_head and embedding_trains
+        embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
         embedding = _cached(
-            ("embedding", key, tied), lambda: trace_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+            ("embedding", key, tied, embedding_rows),
+            lambda: trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
     head = None
     if stage.has_head:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
+        gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
+        head_shape = dtensor_tp.loss_head_shape(plan, shape)
         if plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
             head = _cached(
-                ("chunked_head", key, vocab, chunks),
-                lambda: trace_chunked_loss_head(arch, shape, kernels, trainability, vocab, chunks, grads_exist),
+                ("chunked_head", key, vocab, chunks, head_shape),
+                lambda: trace_chunked_loss_head(arch, head_shape, kernels, trainability, vocab, chunks, grads_exist),
             )
         else:
             head = _cached(
-                ("head", key, vocab), lambda: trace_loss_head(arch, shape, kernels, trainability, vocab, grads_exist)
+                ("head", key, vocab, head_shape, gathered_vocab),
+                lambda: trace_loss_head(arch, head_shape, kernels, trainability, vocab, grads_exist, gathered_vocab),
             )
     return _Traces(kinds, runs, embedding, head)
 
@@ -291,7 +295,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
     ):
         states += 4 * (sum(s.count for s in trainable) + 2 * sum(layers_ for _, _, layers_, _ in adapters))
-    master = trainable_numel * 4 // sharding.optimizer if precision.master_weights and not plan.lora else 0
+    keeps_master = precision.master_weights or deepspeed.keeps_fp32_partition(plan)
+    master = trainable_numel * 4 // sharding.optimizer if keeps_master and not plan.lora else 0
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )
@@ -350,7 +355,7 @@ def _count_only_states(plan: Plan) -> ModelStates:
     n = plan.num_parameters
     tensors = [TrainableTensor((n,))]
     states = state_bytes(plan.optimizer, tensors, precision.optimizer_state_dtype) // sharding.optimizer
-    master = n * 4 // sharding.optimizer if precision.master_weights else 0
+    master = n * 4 // sharding.optimizer if precision.master_weights or deepspeed.keeps_fp32_partition(plan) else 0
     offloaded = 0
     if plan.parallel.offload_optimizer:
         offloaded, states, master = states + master, 0, 0
@@ -418,17 +423,10 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     resident = _resident_gradient_buffer(plan)
     if resident:
         account.set("gradients", "gradients", states.gradients, resident)
-    if parallel.strategy == "ddp" and plan.data_parallel_size > 1:
+    account.set("overhead", "DDP gradient buckets", ddp.gradient_bucket_bytes(plan, states.gradients), ddp.DETAIL)
+    if deepspeed.bucket_is_resident(plan):
         account.set(
-            "overhead",
-            "DDP gradient buckets",
-            states.gradients,
-            "DDP copies gradients into flat all-reduce buckets (gradient_as_bucket_view=False)",
-        )
-    if parallel.strategy == "zero" and parallel.zero_stage >= 1 and plan.data_parallel_size > 1:
-        bucket = min(ZERO_REDUCE_BUCKET_ELEMENTS, states.trainable_numel) * DTYPE_BYTES[plan.precision.gradient_dtype]
-        account.set(
-            "overhead", "ZeRO reduce bucket", bucket, "DeepSpeed contiguous gradient bucket (reduce_bucket_size 5e8)"
+            "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_RESIDENT
         )
     if parallel.strategy == "zero" and parallel.zero_stage == 3:
         account.set(
@@ -551,7 +549,12 @@ def _micro_batch(
     gathered_by_kind = {kind: _gathered_weights(plan, layer) for kind, layer in states.gathered_layer_weights.items()}
     gathered_detail = next((detail for _, detail in gathered_by_kind.values() if detail), "")
     gathered_any = any(bytes_ for bytes_, _ in gathered_by_kind.values())
-    ends_gathered = _gathered_vocabulary_weights(plan)
+    zero3_keeps = deepspeed.zero3_keeps_everything_gathered(plan)
+    ends_gathered = 0 if fsdp.runs_fsdp2(plan) or zero3_keeps else _gathered_vocabulary_weights(plan)
+    kept_by_kind = {
+        kind: fsdp.kept_after_forward(plan, layer) + deepspeed.kept_after_forward(plan, layer)
+        for kind, layer in states.gathered_layer_weights.items()
+    }
     stream = rounded(
         _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype],
         plan.device,
@@ -568,12 +571,19 @@ def _micro_batch(
         return trace.saved_activation_bytes, trace.saved_weight_copy_bytes
 
     if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
-        held = (in_flight - 1) * sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
+        per_layer = sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
+        layers = megatron.earlier_micro_batches_layers(plan, stage)
+        held = int(layers * per_layer / max(1, stage.num_layers))
+        schedule = (
+            f"interleaved 1F1B, {plan.parallel.pipeline_virtual_stages} virtual stages"
+            if plan.parallel.pipeline_virtual_stages > 1 and stage.index == 0
+            else "1F1B schedule"
+        )
         account.set(
             "activations",
             "earlier micro-batches in flight",
             held,
-            f"{in_flight - 1} micro-batches waiting for their backward (1F1B schedule)",
+            f"{in_flight - 1} micro-batches waiting for their backward ({schedule})",
         )
 
     # ---- forward
@@ -587,6 +597,16 @@ def _micro_batch(
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
+    account.set("parameters", "FSDP root unit (unsharded)", fsdp.root_unit_bytes(plan, stage), fsdp.ROOT_DETAIL)
+    if zero3_keeps:
+        account.set("parameters", "persistent gathered parameters", 0)  # among the kept ones now
+        account.set(
+            "parameters", "gathered embedding and head", fsdp.ends_bytes(plan, stage), deepspeed.ZERO3_KEPT_DETAIL
+        )
+    if any(kept_by_kind.values()):
+        account.details[("parameters", "unsharded layers kept for backward")] = (
+            deepspeed.ZERO3_KEPT_DETAIL if zero3_keeps else fsdp.KEPT_DETAIL
+        )
     cache_detail = "weight casts autocast keeps until the forward's autocast region exits"
     account.details[("parameters", copies_name)] = copies_detail
     account.details[("parameters", "autocast cache")] = cache_detail
@@ -609,6 +629,7 @@ def _micro_batch(
                 ("parameters", "autocast cache"): trace.cached_weight_copy_bytes
                 if recompute
                 else trace.cache_only_weight_copy_bytes,
+                ("parameters", "unsharded layers kept for backward"): kept_by_kind.get(kind, 0),
             }
             labels = [f"layer {i} forward{suffix}" for i in indices]
             account.record_series(
@@ -658,11 +679,20 @@ def _micro_batch(
                 ("activations", "logits and loss temporaries"): head.backward_peak_activation_grad_bytes
                 + (grads_now if grads_exist else 0),
                 ("gradients", "gradients"): 0 if grads_exist else grads_now,
-                ("parameters", "gathered weights"): ends_gathered,
+                ("parameters", "gathered weights"): ends_gathered
+                + fsdp.backward_prefetch_bytes(plan, states.gathered_layer_weights.get(traces.runs[-1][2], 0))
+                if traces.runs
+                else ends_gathered,
             },
         )
         account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
         account.add("parameters", copies_name, -head.saved_weight_copy_bytes)
+        if not deepspeed.bucket_is_resident(plan) and deepspeed.reduce_bucket_bytes(plan):
+            # setup_buckets runs when the first parameter gradient (the head's) arrives: after the loss's backward.
+            account.set(
+                "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_BACKWARD
+            )
+            account.record("reduce bucket" + suffix, "backward", micro_batch)
         pending = _pending_tied_gradient(plan, stage)
         # A tied head's gradient of the embedding waits in the autograd engine for the embedding's own.
         account.set(
@@ -686,7 +716,9 @@ def _micro_batch(
         first_index, count, kind = traces.runs[run_index]
         kind_traces = traces.kinds[kind]
         if gathered_any:
-            account.set("parameters", "gathered weights", gathered_by_kind[kind][0], gathered_detail)
+            # Layers kept unsharded since their forward need no new gather.
+            gathered_now = 0 if kept_by_kind.get(kind) else gathered_by_kind[kind][0]
+            account.set("parameters", "gathered weights", gathered_now, gathered_detail)
         pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]
         if run_index == 0:
             pieces = [(kind_traces.layer, list(range(first_index + 1, first_index + count))), (kind_traces.first_layer, [first_index])]
@@ -705,6 +737,7 @@ def _micro_batch(
                     ("activations", saved_name): -saved,
                     ("parameters", copies_name): -copies,
                     ("gradients", "gradients"): stored,
+                    ("parameters", "unsharded layers kept for backward"): -kept_by_kind.get(kind, 0),
                 },
             )
     if gathered_any:
@@ -747,6 +780,12 @@ def _micro_batch(
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)
+    account.set("parameters", "FSDP root unit (unsharded)", 0)
+    account.set("parameters", "gathered embedding and head", 0)
+    if zero3_keeps:
+        account.set("parameters", "persistent gathered parameters", _persistent_small_params(plan))
+    if not deepspeed.bucket_is_resident(plan):
+        account.set("overhead", "ZeRO reduce bucket", 0)  # cleared by the backward's epilogue
 
 
 def _pending_tied_gradient(plan: Plan, stage: Stage) -> int:

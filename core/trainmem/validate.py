@@ -224,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare trainmem.estimate with the committed measurements of real training steps.",
     )
     parser.add_argument("--corpus", type=Path, help="corpus JSON-lines file (default: the packaged corpus)")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="the packaged distributed corpus (multi-rank DDP, FSDP2, DTensor TP and DeepSpeed runs, one line per rank)",
+    )
     parser.add_argument("--case", action="append", default=[], help="only this case id (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the comparisons and summary as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 when an accuracy target is missed")
@@ -232,7 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None, estimate: Optional[Callable[[Any], Any]] = None) -> int:
     arguments = build_parser().parse_args(argv)
-    measurements = load_corpus(arguments.corpus)
+    from .measure.corpus import default_corpus_path
+
+    corpus = arguments.corpus or (default_corpus_path(distributed=True) if arguments.distributed else None)
+    measurements = load_corpus(corpus)
     if arguments.case:
         wanted = set(arguments.case)
         unknown = wanted - {m.id for m in measurements}

@@ -97,11 +97,11 @@ def resident_tensors(plan: Plan, stage: Stage, resident_parts: dict, workspace_b
         per_tensor = plan.weight_bytes(slice_) // max(1, slice_.count) // sharding.weights
         tensors += [(f"weight {index}.{copy}", per_tensor) for copy in range(slice_.count)]
     adapters = plan.adapter_slices(stage)
-    for index, (_, per_layer, layers) in enumerate(adapters):
+    for index, (_, per_layer, layers, *_) in enumerate(adapters):
         per_tensor = per_layer * DTYPE_BYTES[plan.adapter_dtype] // 2 // sharding.weights
         tensors += [(f"adapter {index}.{layer}.{ab}", per_tensor) for layer in range(layers) for ab in "AB"]
     trainable = [(s.numel, s.count) for s in slices if s.trainable]
-    trainable += [(per_layer // 2, layers * 2) for _, per_layer, layers in adapters]
+    trainable += [(per_layer // 2, layers * 2) for _, per_layer, layers, *_ in adapters]
     numel = sum(n * c for n, c in trainable) or 1
     flat = plan.parallel.strategy == "zero" and plan.parallel.zero_stage >= 1
     states_per_tensor = max(1, plan.optimizer.full_state_tensors)

@@ -112,6 +112,12 @@ def nccl(plan: Plan) -> OutsidePart:
     best = len(groups) * data["per_communicator_mib"] * MIB
     upper = len(groups) * data["upper_per_communicator_mib"] * MIB
     names = ", ".join(f"{g.name} ({g.size} ranks)" for g in groups)
+    override = plan.setup.runtime.nccl_communicator_mib
+    if override is not None:  # the user's own figure (e.g. NVLS on Hopper): best and upper alike
+        best = upper = int(len(groups) * override * MIB)
+        return OutsidePart(
+            "NCCL buffers", best, upper, f"{len(groups)} communicator(s): {names}; runtime.nccl_communicator_mib", ""
+        )
     return OutsidePart(
         "NCCL buffers",
         best,

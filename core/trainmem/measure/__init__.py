@@ -36,6 +36,15 @@ the breakdown at the peak, per-phase peaks and a timeline. On CUDA the allocator
 tensors without data: a 7B-parameter step is counted in seconds, and on small models fake
 and real runs agree to the byte.
 
+Distributed runs
+----------------
+With ``parallelism.num_gpus`` of 2–4, :func:`trainmem.measure.distributed.measure_distributed`
+(and ``trainmem measure``) launches that many local ranks on gloo and measures each: DDP,
+FSDP2 (``fully_shard``), DTensor tensor parallelism and DeepSpeed ZeRO 1–3
+(:mod:`~trainmem.measure.frameworks`). The tracker then runs from before the model is built,
+so that buffers a framework allocates while it wraps the model are seen, and storages are
+labelled by the framework attribute that owns them. One record per rank.
+
 Only the modules that run the step import torch; :mod:`~trainmem.measure.record`,
 :mod:`~trainmem.measure.corpus`, :mod:`~trainmem.measure.events` and
 :mod:`~trainmem.measure.accounting` do not, so the committed corpus can be read anywhere.

@@ -31,6 +31,7 @@ from .events import (
     ALLOC,
     FREE,
     MARK,
+    ROLE_ALLOCATED,
     ROLE_AUTOCAST_WEIGHT_COPY,
     ROLE_GRADIENT,
     ROLE_INPUT,
@@ -49,6 +50,9 @@ from .record import (
     PhasePeak,
 )
 
+PART_BUFFERS_BEFORE_STEP = "overhead/buffers allocated before the step"
+"""Storages alive when a distributed step starts that are no parameter, gradient, optimizer state or input:
+a framework's communication buckets (DDP's Reducer buckets are allocated in C++ and have no Python owner)."""
 MAX_TIMELINE_POINTS = 200
 PEAK_TENSORS = 8
 PEAK_OPS = 12
@@ -65,6 +69,9 @@ class StepLog:
     segments: list[Segment]
     gradient_storages: set[int] = field(default_factory=set)
     optimizer_state_storages: set[int] = field(default_factory=set)
+    assigned: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """Storage index -> (category, part) decided by who owns the storage (a distributed framework's
+    flat buffers, e.g. ("gradients", "gradients/deepspeed averaged_gradients")); takes precedence."""
 
 
 @dataclass
@@ -88,7 +95,9 @@ def categorize(log: StepLog) -> tuple[list[str], list[str]]:
     categories, parts = [], []
     for index, info in enumerate(log.storages):
         part = ""
-        if info.role == ROLE_PARAMETER:
+        if index in log.assigned:
+            category, part = log.assigned[index]
+        elif info.role == ROLE_PARAMETER:
             category = "parameters"
         elif info.role == ROLE_AUTOCAST_WEIGHT_COPY:
             category, part = "parameters", PART_AUTOCAST_WEIGHT_COPIES
@@ -105,6 +114,36 @@ def categorize(log: StepLog) -> tuple[list[str], list[str]]:
         categories.append(category)
         parts.append(part)
     return categories, parts
+
+
+def rebased_at_first_mark(log: StepLog) -> StepLog:
+    """The log from its first marker on, with everything alive then allocated at the start.
+
+    A distributed measurement tracks the whole run (model build, wrapping, warm-up) so that
+    buffers a framework allocates before the step are seen; the step itself starts at the
+    first marker. Storages alive then become allocations of the "start" segment.
+    """
+    first = next((position for position, (kind, _, _) in enumerate(log.events) if kind == MARK), len(log.events))
+    alive: dict[int, int] = {}
+    for kind, index, nbytes in log.events[:first]:
+        if kind == ALLOC:
+            alive[index] = nbytes
+        elif kind == FREE:
+            alive.pop(index, None)
+    assigned = dict(log.assigned)
+    for index in alive:
+        log.storages[index].segment = 0
+        if log.storages[index].role == ROLE_ALLOCATED and index not in assigned:
+            assigned[index] = ("overhead", PART_BUFFERS_BEFORE_STEP)
+    events = [(ALLOC, index, alive[index]) for index in sorted(alive)] + list(log.events[first:])
+    return StepLog(
+        storages=log.storages,
+        events=events,
+        segments=log.segments,
+        gradient_storages=log.gradient_storages,
+        optimizer_state_storages=log.optimizer_state_storages,
+        assigned=assigned,
+    )
 
 
 def _breakdown(live: list[int]) -> Breakdown:

@@ -6,6 +6,8 @@ Examples::
     trainmem measure setup.json --fake --json   # FakeTensorMode, the full record as JSON
     trainmem measure setup.json --output my.jsonl --id my-case
     trainmem measure --case llama-14m-fp32-adamw-sdpa-b1-s128   # re-measure, compare
+    trainmem measure fsdp2.json --output ranks.jsonl  # parallelism.num_gpus 2-4: local gloo ranks,
+                                                      # one record per rank (trainmem.measure.distributed)
 
 The setup is a JSON file (``-`` reads stdin) or inline JSON. torch is imported only when
 a measurement runs.
@@ -33,7 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("setup", nargs="?", help="setup JSON file, '-' for stdin, or inline JSON")
     parser.add_argument("--fake", action="store_true", help="FakeTensorMode: shapes only, no memory (large models)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warmup-steps", type=int, default=1, help="untracked steps before the measured one")
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        help="untracked steps before the measured one (default 1; 2 for DDP, whose buckets are rebuilt in step 2)",
+    )
     parser.add_argument("--id", default="", help="case id to record (default: derived from the setup)")
     parser.add_argument("--description", default="")
     parser.add_argument("--output", type=Path, help="append the measurement to this JSON-lines file")
@@ -53,21 +60,43 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     try:
         setup = _read_setup(arguments.setup)
-        from .runner import measure
+        if _ranks(setup) > 1:
+            if arguments.fake:
+                raise ValueError("--fake: a distributed measurement runs real tensors (gloo needs data)")
+            from .distributed import measure_distributed
 
-        measurement = measure(
-            setup,
-            fake=arguments.fake,
-            seed=arguments.seed,
-            warmup_steps=arguments.warmup_steps,
-            case_id=arguments.id,
-            description=arguments.description,
-        )
+            measurements = measure_distributed(
+                setup,
+                seed=arguments.seed,
+                warmup_steps=arguments.warmup_steps,
+                case_id=arguments.id,
+                description=arguments.description,
+            )
+        else:
+            from .runner import measure
+
+            measurements = [
+                measure(
+                    setup,
+                    fake=arguments.fake,
+                    seed=arguments.seed,
+                    warmup_steps=arguments.warmup_steps if arguments.warmup_steps is not None else 1,
+                    case_id=arguments.id,
+                    description=arguments.description,
+                )
+            ]
     except (ValueError, OSError) as error:
         print(f"trainmem measure: {error}", file=sys.stderr)
         return 2
-    _emit(measurement, arguments)
+    for measurement in measurements:
+        _emit(measurement, arguments)
     return 0
+
+
+def _ranks(setup: dict) -> int:
+    parallelism = setup.get("parallelism") if isinstance(setup, dict) else None
+    value = parallelism.get("num_gpus", 1) if isinstance(parallelism, dict) else 1
+    return value if isinstance(value, int) else 1
 
 
 def _recheck(arguments: argparse.Namespace) -> int:

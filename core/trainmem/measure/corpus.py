@@ -16,11 +16,14 @@ from typing import Iterable, Optional, Union
 from .record import Measurement
 
 CORPUS_FILENAME = "corpus.jsonl"
+DISTRIBUTED_CORPUS_FILENAME = "corpus_distributed.jsonl"
+"""Multi-rank measurements (one line per rank), made by scripts/build_distributed_corpus.py."""
 
 
-def default_corpus_path() -> Path:
-    """The corpus inside the installed package (``trainmem/data/corpus.jsonl``)."""
-    return Path(str(resources.files("trainmem").joinpath("data").joinpath(CORPUS_FILENAME)))
+def default_corpus_path(distributed: bool = False) -> Path:
+    """The corpus inside the installed package (``trainmem/data/corpus.jsonl``, or the distributed one)."""
+    name = DISTRIBUTED_CORPUS_FILENAME if distributed else CORPUS_FILENAME
+    return Path(str(resources.files("trainmem").joinpath("data").joinpath(name)))
 
 
 def load_corpus(path: Optional[Union[str, Path]] = None) -> list[Measurement]:

@@ -75,6 +75,12 @@ class Environment(FrozenModel):
     method: str = Field(description="How bytes were counted.")
     seed: int
     warmup_steps: int = Field(description="Optimizer steps run before the measured one (optimizer state exists).")
+    distributed_backend: Optional[str] = Field(
+        default=None, description="torch.distributed backend of a multi-rank measurement (gloo on CPU); None: one process."
+    )
+    frameworks: dict[str, str] = Field(
+        default_factory=dict, description="Versions of the distributed frameworks used, e.g. {'deepspeed': '0.19.8'}."
+    )
 
 
 class PhasePeak(FrozenModel):
@@ -206,3 +212,8 @@ class Measurement(FrozenModel):
         "its start (a diagnostic: 0 means every byte an op touched is accounted for).",
     )
     notes: list[str] = Field(default_factory=list)
+    rank: int = Field(default=0, description="The rank this record measured (0 for a single process).")
+    world_size: int = Field(default=1, description="Processes in the measured run.")
+    framework: Optional[Literal["ddp", "fsdp2", "dtensor-tp", "deepspeed"]] = Field(
+        default=None, description="The distributed framework that wrapped the model; None for a single process."
+    )

@@ -42,9 +42,18 @@ AUTOCAST_DTYPES = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 class TrainingStep:
     """Runs optimizer steps of the setup's loop; with a tracker attached, marks and snapshots them."""
 
-    def __init__(self, setup: Setup, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor):
+    def __init__(
+        self,
+        setup: Setup,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        batch: torch.Tensor,
+        forward_module: Optional[torch.nn.Module] = None,
+    ):
         self.setup = setup
         self.model = model
+        self.forward_module = forward_module if forward_module is not None else model
+        """What ``loss = module(input_ids=..., labels=...).loss`` calls: the model, or its DDP/DeepSpeed wrapper."""
         self.optimizer = optimizer
         self.batch = batch
         self.device_type = batch.device.type
@@ -54,6 +63,10 @@ class TrainingStep:
         self.gradient_storages: set[int] = set()
         self.optimizer_state_storages: set[int] = set()
         self.notes: list[str] = []
+        self.forward_kwargs: dict[str, Any] = {}
+        """Extra keyword arguments of the forward call (sequence-parallel TP passes the full position_ids)."""
+        self.snapshot_hook: Optional[Callable[[], None]] = None
+        """Called at every snapshot (after each backward, after the optimizer step) of a tracked step."""
         self.phase_max_reserved: dict[str, int] = {}
         self._install_markers()
 
@@ -68,22 +81,33 @@ class TrainingStep:
                 self.in_backward = False
                 self._mark("forward", "forward embeddings")
                 with self._autocast_context():
-                    loss = self.model(input_ids=self.batch, labels=self.batch).loss
+                    loss = self.forward_module(input_ids=self.batch, labels=self.batch, **self.forward_kwargs).loss
                 self.in_backward = True
                 self._mark("backward", "backward head")
-                (loss / accumulation).backward()
+                self.backward(loss, accumulation)
                 del loss
                 self._snapshot_gradients()
             self.in_backward = False
             self.micro_batch = 0
             self._mark("optimizer", "optimizer")
-            self.optimizer.step()
+            self.optimizer_step()
             self._snapshot_optimizer_state()
             self._mark("zero_grad", "zero_grad")
-            self.optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
             if self.tracker is not None:
                 self._note_reserved(None)
         self.tracker = None
+
+    # The three calls a framework may do its own way (DeepSpeed's engine.backward / engine.step).
+
+    def backward(self, loss: torch.Tensor, accumulation: int) -> None:
+        (loss / accumulation).backward()
+
+    def optimizer_step(self) -> None:
+        self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _autocast_context(self) -> contextlib.AbstractContextManager:
         dtype = AUTOCAST_DTYPES.get(self.setup.precision)
@@ -118,6 +142,8 @@ class TrainingStep:
     def _snapshot_gradients(self) -> None:
         if self.tracker is None:
             return
+        if self.snapshot_hook is not None:
+            self.snapshot_hook()
         for parameter in self.model.parameters():
             if parameter.grad is not None:
                 self.gradient_storages.add(self._index_or_register(parameter.grad, ROLE_GRADIENT))
@@ -125,6 +151,8 @@ class TrainingStep:
     def _snapshot_optimizer_state(self) -> None:
         if self.tracker is None:
             return
+        if self.snapshot_hook is not None:
+            self.snapshot_hook()
         for tensor in self._optimizer_state_tensors():
             self.optimizer_state_storages.add(self._index_or_register(tensor, ROLE_OPTIMIZER_STATE))
 
@@ -149,6 +177,8 @@ class TrainingStep:
     def _mark(self, phase: str, label: str) -> None:
         if self.tracker is not None:
             self.tracker.mark(phase, label, self.micro_batch)
+            if self.snapshot_hook is not None and phase in ("forward", "loss"):
+                self.snapshot_hook()  # ZeRO-3 swaps gathered tensors into param.data layer by layer
             self._note_reserved(phase)
 
     def _note_reserved(self, phase: Optional[str]) -> None:
@@ -186,6 +216,8 @@ class TrainingStep:
         def hook(gradient: torch.Tensor) -> None:
             if self.tracker is not None:
                 self.tracker.mark("backward", label, micro_batch)
+                if self.snapshot_hook is not None:
+                    self.snapshot_hook()
 
         return hook
 

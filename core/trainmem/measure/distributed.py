@@ -1,0 +1,291 @@
+"""Measure a distributed training step, rank by rank: :func:`measure_distributed`.
+
+``parallelism.num_gpus`` local processes (2–4) are started with
+``torch.multiprocessing.start_processes`` (spawn) and joined in one gloo process group over
+127.0.0.1, so that the collectives really run (CPU: host and "device" memory are one pool).
+Each rank, with the same seed:
+
+1. starts a :class:`~trainmem.measure.tracker.StorageTracker` *before* it builds anything,
+   and reports in-place storage resizes to it
+   (:func:`~trainmem.measure.tracker.tracking_storage_resizes`): buffers that a framework
+   allocates while it wraps the model (DDP's buckets, DeepSpeed's flat partitions) or in
+   its first step are seen;
+2. builds the model from its config (random weights, nothing downloaded) and wraps it with
+   the setup's framework (:mod:`trainmem.measure.frameworks`): DDP, FSDP2, DTensor tensor
+   parallelism or DeepSpeed ZeRO 1–3;
+3. runs ``warmup_steps`` steps, then one measured step (the loop of
+   :mod:`trainmem.measure.step`, with DeepSpeed's ``engine.backward``/``engine.step``);
+4. rebases the log at the measured step's first marker (what is alive then is the step's
+   start) and labels storages by who owns them: parameters and buffers (sharded ones as
+   their local tensors), ``.grad``, optimizer state, and framework-owned buffers by the
+   attribute that holds them.
+
+Each rank's result is one :class:`~trainmem.measure.record.Measurement` with ``rank`` and
+``world_size`` set; the case id ends in ``-rankN``. Fake tensors are not supported here:
+gloo's collectives need real data.
+
+Offload: on CPU the offloaded tensors live in the same pool as everything else; the
+framework's own attribute names (e.g. DeepSpeed's ``single_partition_of_fp32_groups``
+under ``offload_optimizer``) say which storages would be in host memory on a GPU.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..setup import Setup
+from .record import Measurement
+
+MAX_LOCAL_RANKS = 4
+
+
+def check_distributed(setup: Setup) -> None:
+    """Raise ValueError naming the first field a local distributed measurement cannot replay."""
+    parallel = setup.parallelism
+    problems = []
+    if not 2 <= parallel.num_gpus <= MAX_LOCAL_RANKS:
+        problems.append(f"parallelism.num_gpus={parallel.num_gpus} (a distributed measurement runs 2–4 local ranks)")
+    if parallel.pipeline_parallel_size > 1 or parallel.context_parallel_size > 1 or parallel.expert_parallel_size > 1:
+        problems.append("pipeline, context or expert parallelism")
+    if parallel.tensor_parallel_size > 1:
+        if parallel.tensor_parallel_size != parallel.num_gpus:
+            problems.append("tensor parallelism combined with data parallelism")
+        if parallel.tensor_parallel_flavor != "dtensor":
+            problems.append("parallelism.tensor_parallel_flavor 'megatron' (measured: 'dtensor')")
+        if parallel.strategy != "ddp":
+            problems.append("tensor parallelism with a sharded data-parallel strategy")
+    if parallel.strategy == "fsdp" and parallel.fsdp_version != 2:
+        problems.append("parallelism.fsdp_version 1 (measured: FSDP2)")
+    if setup.finetuning.method != "full":
+        problems.append(f"finetuning.method {setup.finetuning.method!r} (measured: full)")
+    if problems:
+        raise ValueError("cannot measure this distributed setup: " + "; ".join(problems))
+
+
+def measure_distributed(
+    setup: Union[Setup, dict[str, Any]],
+    *,
+    seed: int = 0,
+    warmup_steps: Optional[int] = None,
+    case_id: str = "",
+    description: str = "",
+) -> list[Measurement]:
+    """Run the setup's step on ``num_gpus`` local gloo ranks; one Measurement per rank, rank 0 first.
+
+    ``warmup_steps`` defaults to 2 for DDP, whose Reducer rebuilds its buckets in the order the
+    gradients arrived during the first step at the start of the second one's forward
+    (``Reducer::rebuild_buckets``, torch/csrc/distributed/c10d/reducer.cpp), and 1 otherwise.
+    """
+    setup = setup if isinstance(setup, Setup) else Setup.model_validate(setup)
+    check_distributed(setup)
+    if warmup_steps is None:
+        from .frameworks import framework_name
+
+        warmup_steps = 2 if framework_name(setup) == "ddp" else 1
+    import torch.multiprocessing as mp
+
+    world_size = setup.parallelism.num_gpus
+    with tempfile.TemporaryDirectory(prefix="trainmem-dist-") as folder:
+        arguments = (world_size, _free_port(), setup.model_dump_json(), seed, warmup_steps, case_id, description, folder)
+        mp.start_processes(_rank_main, args=arguments, nprocs=world_size, join=True, start_method="spawn")
+        return [
+            Measurement.model_validate_json((Path(folder) / f"rank{rank}.json").read_text(encoding="utf-8"))
+            for rank in range(world_size)
+        ]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _rank_main(
+    rank: int,
+    world_size: int,
+    port: int,
+    setup_json: str,
+    seed: int,
+    warmup_steps: int,
+    case_id: str,
+    description: str,
+    folder: str,
+) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        DS_ACCELERATOR="cpu",
+    )
+    import torch
+
+    torch.set_num_threads(1)
+    setup = Setup.model_validate_json(setup_json)
+    measurement = _measure_rank(setup, rank, world_size, seed, warmup_steps, case_id, description)
+    (Path(folder) / f"rank{rank}.json").write_text(measurement.model_dump_json(), encoding="utf-8")
+
+
+def _measure_rank(
+    setup: Setup, rank: int, world_size: int, seed: int, warmup_steps: int, case_id: str, description: str
+) -> Measurement:
+    import torch
+    import torch.distributed as dist
+
+    from .accounting import StepLog, account, rebased_at_first_mark
+    from .frameworks import FRAMEWORKS, framework_name
+    from .hf_model import base_model, build_model
+    from .record import Kernels
+    from .runner import _attention_that_ran, _environment, _quiet_libraries, default_case_id
+    from .step import AUTOCAST_DTYPES
+    from .tracker import StorageTracker, tracking_storage_resizes
+    from .transformers_compat import unpacked_batches
+
+    name = framework_name(setup)
+    if name == "deepspeed":
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    tracker = StorageTracker(autocast_recipe=setup.precision in AUTOCAST_DTYPES)
+    try:
+        with _quiet_libraries(), unpacked_batches(), tracker, tracking_storage_resizes(tracker):
+            torch.manual_seed(seed)
+            model = build_model(setup, on_meta=False)
+            num_parameters = sum(parameter.numel() for parameter in model.parameters())
+            framework = FRAMEWORKS[name](setup, model, world_size)
+            owned: dict[int, tuple[str, str]] = {}
+            framework.on_buffer = lambda category, part, tensor: _label_one(tracker, owned, category, part, tensor)
+            framework.wrap()
+            vocab_size = base_model(model).config.vocab_size
+            batch = torch.randint(0, vocab_size, (setup.micro_batch_size, setup.sequence_length))
+            step = framework.training_step(batch)
+            for _ in range(warmup_steps):
+                step.run()
+            gc.collect()
+            gc.disable()
+
+            def label() -> None:
+                _set_roles(tracker, framework, batch)
+                _label(tracker, framework, owned)
+
+            label()
+            step.snapshot_hook = label
+            step.run(tracker)
+            label()
+            tracker.stop()
+    finally:
+        gc.enable()
+    log = rebased_at_first_mark(
+        StepLog(
+            storages=tracker.storages,
+            events=tracker.events,
+            segments=tracker.segments,
+            gradient_storages=step.gradient_storages,
+            optimizer_state_storages=step.optimizer_state_storages,
+            assigned=owned,
+        )
+    )
+    accounting = account(log)
+    autocast_dtype = AUTOCAST_DTYPES.get(setup.precision)
+    kernels = Kernels(
+        attention=_attention_that_ran(setup, tracker),
+        attention_ops=sorted(op for op in tracker.op_counts if "scaled_dot_product" in op or op == "aten._safe_softmax"),
+        optimizer_class=framework.optimizer_class,
+        optimizer_kwargs=framework.optimizer_kwargs,
+        optimizer_implementation=framework.optimizer_implementation,
+        autocast_device="cpu" if autocast_dtype is not None else None,
+        autocast_dtype=str(autocast_dtype).removeprefix("torch.") if autocast_dtype is not None else None,
+        input_embeddings_require_grad=True,
+    )
+    data = setup.model_dump(mode="json")
+    data["attention"] = kernels.attention
+    data["optimizer"] = {"name": setup.optimizer.name, "implementation": kernels.optimizer_implementation}
+    data["runtime"] = {**data["runtime"], "device": "cpu"}
+    replayed = Setup.model_validate(data)
+    environment = _environment(torch.device("cpu"), False, seed, warmup_steps)
+    environment = environment.model_copy(update={"distributed_backend": "gloo", "frameworks": _framework_versions()})
+    base_id = case_id or f"{name}-{default_case_id(replayed, False)}-w{world_size}"
+    dist.destroy_process_group()
+    return Measurement(
+        id=f"{base_id}-rank{rank}",
+        description=description,
+        setup=replayed,
+        kernels=kernels,
+        environment=environment,
+        num_parameters=num_parameters,
+        num_trainable_parameters=num_parameters,
+        peak_allocated_bytes=accounting.peak_allocated_bytes,
+        breakdown=accounting.breakdown,
+        parts=accounting.parts,
+        peak=accounting.peak,
+        phase_peaks=accounting.phase_peaks,
+        start_bytes=accounting.start_bytes,
+        end_bytes=accounting.end_bytes,
+        peak_tensors=accounting.peak_tensors,
+        peak_by_op=accounting.peak_by_op,
+        timeline=accounting.timeline,
+        untracked_input_bytes=tracker.untracked_input_bytes,
+        notes=step.notes,
+        rank=rank,
+        world_size=world_size,
+        framework=name,
+    )
+
+
+def _set_roles(tracker: Any, framework: Any, batch: Any) -> None:
+    from .events import ROLE_GRADIENT, ROLE_INPUT, ROLE_OPTIMIZER_STATE, ROLE_PARAMETER
+
+    for tensor in framework.parameter_tensors():
+        _set_role(tracker, tensor, ROLE_PARAMETER)
+    for tensor in framework.gradient_tensors():
+        _set_role(tracker, tensor, ROLE_GRADIENT)
+    _set_role(tracker, batch, ROLE_INPUT)
+    for tensor in framework.optimizer_state_tensors():
+        _set_role(tracker, tensor, ROLE_OPTIMIZER_STATE)
+
+
+def _label(tracker: Any, framework: Any, owned: dict[int, tuple[str, str]]) -> None:
+    """Name the storages the framework holds (first name wins): its flat buffers, unsharded copies.
+
+    Storages that are parameters (DeepSpeed's parameters are views of its flat bf16 groups),
+    optimizer state or the batch keep that role."""
+    for category, part, tensor in framework.owned_tensors():
+        _label_one(tracker, owned, category, part, tensor)
+
+
+def _label_one(tracker: Any, owned: dict[int, tuple[str, str]], category: str, part: str, tensor: Any) -> None:
+    from .tracker import plain_tensors
+
+    for plain in plain_tensors(tensor):
+        index = tracker.index_of(plain)
+        if index is not None and index not in owned and tracker.storages[index].role == "allocated":
+            owned[index] = (category, part)
+
+
+def _set_role(tracker: Any, tensor: Any, role: str) -> None:
+    from .tracker import plain_tensors
+
+    for plain in plain_tensors(tensor):
+        index = tracker.index_of(plain)
+        if index is not None and tracker.storages[index].role == "allocated":
+            tracker.storages[index].role = role
+
+
+def _framework_versions() -> dict[str, str]:
+    versions = {}
+    try:
+        import deepspeed
+
+        versions["deepspeed"] = deepspeed.__version__
+    except ImportError:
+        pass
+    return versions

@@ -1,0 +1,420 @@
+"""How a distributed measurement wraps the model: DDP, FSDP2, DTensor tensor parallelism, DeepSpeed ZeRO.
+
+Each framework is set up the way its documentation shows, from the Setup's fields:
+
+================  ==========================================================================
+ddp               ``torch.nn.parallel.DistributedDataParallel(model)`` (bucket_cap_mb from
+                  ``parallelism.bucket_size_mib``, ``gradient_as_bucket_view=False``, its default)
+fsdp              FSDP2: ``fully_shard(layer, mesh, reshard_after_forward, mp_policy)`` on every
+                  decoder layer, then on the root model (torchtitan's and the FSDP2 tutorial's
+                  layout); ``bf16-mixed`` -> ``MixedPrecisionPolicy(param_dtype=bf16,
+                  reduce_dtype=parallelism.fsdp_reduce_dtype or bf16)``
+tensor parallel   DTensor: ``parallelize_module`` with torchtitan's Llama plan (q/k/v, gate/up
+                  ``ColwiseParallel``; o, down ``RowwiseParallel``; the embedding
+                  ``RowwiseParallel(input_layouts=Replicate())`` (vocabulary-sharded), the head
+                  ``ColwiseParallel(output_layouts=Replicate())``); with ``sequence_parallel``
+                  the norms are ``SequenceParallel`` and the activations between blocks are
+                  sharded on the sequence
+zero              ``deepspeed.initialize(model, optimizer=<the setup's torch optimizer>,
+                  config={zero_optimization: {stage}, bf16: {enabled}})`` on DeepSpeed's CPU
+                  accelerator (``DS_ACCELERATOR=cpu``; gloo)
+================  ==========================================================================
+
+:class:`Framework` also names the storages it owns (:meth:`Framework.owned_tensors`), by the
+attribute that holds them, so that a measurement reports e.g. DeepSpeed's
+``averaged_gradients`` or FSDP2's unsharded parameters as parts of their category.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+from ..setup import Setup
+from .hf_model import base_model, decoder_layers
+from .optimizers import BuiltOptimizer, build_optimizer
+from .step import TrainingStep
+
+Owned = list[tuple[str, str, torch.Tensor]]
+"""(category, part, tensor) triples."""
+
+
+def framework_name(setup: Setup) -> str:
+    """Which framework a distributed setup runs: ddp, fsdp2, dtensor-tp or deepspeed."""
+    parallel = setup.parallelism
+    if parallel.tensor_parallel_size > 1:
+        return "dtensor-tp"
+    if parallel.strategy == "fsdp":
+        return "fsdp2"
+    if parallel.strategy == "zero":
+        return "deepspeed"
+    return "ddp"
+
+
+class Framework:
+    """The wrapped model, its optimizer and the step that drives them."""
+
+    name = "ddp"
+
+    def __init__(self, setup: Setup, model: torch.nn.Module, world_size: int) -> None:
+        self.setup = setup
+        self.model = model
+        self.world_size = world_size
+        self.forward_module: torch.nn.Module = model
+        self.built: Optional[BuiltOptimizer] = None
+        self.on_buffer: Callable[[str, str, torch.Tensor], None] = lambda category, part, tensor: None
+        """Called with (category, part, tensor) when the framework makes a transient buffer worth naming."""
+
+    # ---------------------------------------------------------------- build
+
+    def wrap(self) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.forward_module = DistributedDataParallel(
+            self.model, bucket_cap_mb=self.setup.parallelism.bucket_size_mib, gradient_as_bucket_view=False
+        )
+        self._torch_optimizer()
+
+    def _torch_optimizer(self) -> None:
+        trainable = [parameter for parameter in self.model.parameters() if parameter.requires_grad]
+        self.built = build_optimizer(self.setup.optimizer.name, self.setup.optimizer.implementation, trainable)
+
+    @property
+    def optimizer(self) -> Any:
+        assert self.built is not None
+        return self.built.optimizer
+
+    def training_step(self, batch: torch.Tensor) -> TrainingStep:
+        return TrainingStep(self.setup, self.model, self.optimizer, batch, forward_module=self.forward_module)
+
+    # ---------------------------------------------------------------- what it owns
+
+    def owned_tensors(self) -> Owned:
+        """Tensors the framework holds outside parameters, .grad and optimizer.state."""
+        return []
+
+    def parameter_tensors(self) -> Iterator[torch.Tensor]:
+        yield from self.model.parameters()
+        yield from self.model.buffers()
+
+    def gradient_tensors(self) -> Iterator[torch.Tensor]:
+        """``.grad`` of every parameter, and DeepSpeed's ``grad_accum`` where it keeps one."""
+        for parameter in self.model.parameters():
+            for name in ("grad", "grad_accum"):
+                value = getattr(parameter, name, None)
+                if isinstance(value, torch.Tensor):
+                    yield value
+
+    def optimizer_state_tensors(self) -> Iterator[torch.Tensor]:
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    yield value
+
+    @property
+    def optimizer_class(self) -> str:
+        assert self.built is not None
+        return self.built.qualified_class
+
+    @property
+    def optimizer_kwargs(self) -> dict:
+        assert self.built is not None
+        return self.built.kwargs
+
+    @property
+    def optimizer_implementation(self) -> str:
+        assert self.built is not None
+        return self.built.implementation
+
+
+class DDP(Framework):
+    """DistributedDataParallel; its Reducer's flat buckets are allocated in C++ (seen as dispatched empty ops)."""
+
+
+class FSDP2(Framework):
+    """``fully_shard`` per decoder layer and on the root (torch/distributed/fsdp/_fully_shard/_fully_shard.py)."""
+
+    name = "fsdp2"
+
+    def wrap(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        parallel = self.setup.parallelism
+        mesh = init_device_mesh("cpu", (self.world_size,))
+        policy = MixedPrecisionPolicy()
+        if self.setup.precision in ("bf16-mixed", "fp16-mixed"):
+            half = torch.bfloat16 if self.setup.precision == "bf16-mixed" else torch.float16
+            reduce = {None: None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
+                parallel.fsdp_reduce_dtype
+            ]
+            policy = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=reduce)
+        options = {"mesh": mesh, "reshard_after_forward": parallel.fsdp_reshard_after_forward, "mp_policy": policy}
+        for layer in decoder_layers(self.model):
+            fully_shard(layer, **options)
+        fully_shard(self.model, **options)
+        self.forward_module = self.model
+        self._torch_optimizer()
+        self._label_collective_buffers()
+
+    def _label_collective_buffers(self) -> None:
+        """Name FSDP2's transient communication buffers as they are made.
+
+        ``foreach_all_gather`` (``_fsdp_collectives.py``) returns the flat all-gather output
+        (world size × the group's padded shard, in the param dtype) that ``foreach_all_gather_copy_out``
+        then copies into the unsharded parameters; ``foreach_reduce`` returns the flat
+        reduce-scatter input (the group's unsharded gradients, in the reduce dtype). Both are
+        looked up by name in ``_fsdp_param_group``, so wrapping them there labels every call.
+        """
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        framework = self
+        all_gather, reduce = _fsdp_param_group.foreach_all_gather, _fsdp_param_group.foreach_reduce
+
+        def labelled_all_gather(*args: Any, **kwargs: Any) -> Any:
+            result = all_gather(*args, **kwargs)
+            if result is not None:
+                framework.on_buffer("parameters", "parameters/fsdp all-gather output", result.all_gather_output)
+            return result
+
+        def labelled_reduce(*args: Any, **kwargs: Any) -> Any:
+            result = reduce(*args, **kwargs)
+            if result and isinstance(result[0], torch.Tensor):
+                framework.on_buffer("gradients", "gradients/fsdp reduce-scatter input", result[0])
+            return result
+
+        _fsdp_param_group.foreach_all_gather = labelled_all_gather
+        _fsdp_param_group.foreach_reduce = labelled_reduce
+
+    def owned_tensors(self) -> Owned:
+        owned: Owned = []
+        for module in self.model.modules():
+            get_state = getattr(module, "_get_fsdp_state", None)
+            if get_state is None:
+                continue
+            group = get_state()._fsdp_param_group
+            if group is None:
+                continue
+            for fsdp_param in group.fsdp_params:
+                unsharded = getattr(fsdp_param, "_unsharded_param", None)
+                if isinstance(unsharded, torch.Tensor):
+                    owned.append(("parameters", "parameters/fsdp unsharded parameters", unsharded))
+                for output in getattr(fsdp_param, "all_gather_outputs", []) or []:
+                    owned.append(("parameters", "parameters/fsdp all-gather outputs", output))
+                unsharded_grad = getattr(fsdp_param, "unsharded_accumulated_grad", None)
+                if isinstance(unsharded_grad, torch.Tensor):
+                    owned.append(("gradients", "gradients/fsdp unsharded accumulated gradients", unsharded_grad))
+        return owned
+
+
+class DTensorTP(Framework):
+    """``parallelize_module`` with torchtitan's Llama plan (torchtitan/models/llama3/infra/parallelize.py)."""
+
+    name = "dtensor-tp"
+
+    def wrap(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            PrepareModuleInput,
+            RowwiseParallel,
+            SequenceParallel,
+            parallelize_module,
+        )
+
+        mesh = init_device_mesh("cpu", (self.world_size,))
+        sequence_parallel = self.setup.parallelism.sequence_parallel
+        hf = base_model(self.model)
+        if sequence_parallel:
+            root_plan = {
+                "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+                "model.norm": SequenceParallel(),
+                "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+            }
+            layer_plan: dict[str, Any] = {
+                "input_layernorm": SequenceParallel(),
+                "self_attn": PrepareModuleInput(
+                    input_kwarg_layouts={"hidden_states": Shard(1)},
+                    desired_input_kwarg_layouts={"hidden_states": Replicate()},
+                ),
+                "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+                "post_attention_layernorm": SequenceParallel(),
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+            }
+        else:
+            root_plan = {
+                "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
+                "lm_head": ColwiseParallel(output_layouts=Replicate()),
+            }
+            layer_plan = {"self_attn.o_proj": RowwiseParallel(), "mlp.down_proj": RowwiseParallel()}
+        layer_plan.update(
+            {
+                "self_attn.q_proj": ColwiseParallel(),
+                "self_attn.k_proj": ColwiseParallel(),
+                "self_attn.v_proj": ColwiseParallel(),
+                "mlp.gate_proj": ColwiseParallel(),
+                "mlp.up_proj": ColwiseParallel(),
+            }
+        )
+        parallelize_module(hf, mesh, root_plan)
+        for layer in decoder_layers(self.model):
+            parallelize_module(layer, mesh, layer_plan)
+        self.forward_module = self.model
+        self._torch_optimizer()
+
+    def training_step(self, batch: torch.Tensor) -> TrainingStep:
+        step = super().training_step(batch)
+        if self.setup.parallelism.sequence_parallel:
+            # Between blocks the hidden states hold s/tp tokens; transformers would derive the rotary
+            # positions from that length, so the full positions are passed (as torchtitan does).
+            step.forward_kwargs["position_ids"] = torch.arange(batch.shape[1]).unsqueeze(0)
+        return step
+
+
+class DeepSpeed(Framework):
+    """``deepspeed.initialize`` (deepspeed/runtime/engine.py) with ZeRO stage 1, 2 or 3."""
+
+    name = "deepspeed"
+
+    def wrap(self) -> None:
+        import deepspeed
+
+        parallel = self.setup.parallelism
+        self._torch_optimizer()
+        client = self.built
+        assert client is not None
+        zero: dict[str, Any] = {"stage": parallel.zero_stage}
+        if parallel.offload_optimizer:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        if parallel.offload_parameters:
+            zero["offload_param"] = {"device": "cpu"}
+        config = {
+            "train_micro_batch_size_per_gpu": self.setup.micro_batch_size,
+            "gradient_accumulation_steps": self.setup.gradient_accumulation_steps,
+            "zero_optimization": zero,
+            "bf16": {"enabled": self.setup.precision in ("bf16-master-weights", "bf16-mixed")},
+            "zero_allow_untested_optimizer": True,
+            "zero_force_ds_cpu_optimizer": False,
+            "steps_per_print": 10**9,
+        }
+        engine, optimizer, _, _ = deepspeed.initialize(model=self.model, optimizer=client.optimizer, config=config)
+        self.engine = engine
+        self.zero_optimizer = optimizer
+        self.forward_module = engine
+        self._label_reduce_buckets()
+
+    def _label_reduce_buckets(self) -> None:
+        """ZeRO-1/2 allocate their reduce buckets in ``setup_buckets`` when a backward starts and clear
+        them at its end: name them as they are made."""
+        optimizer = self.zero_optimizer
+        setup_buckets = getattr(optimizer, "setup_buckets", None)
+        if setup_buckets is None:
+            return
+        framework = self
+
+        def labelled_setup_buckets(*args: Any, **kwargs: Any) -> Any:
+            result = setup_buckets(*args, **kwargs)
+            for bucket in getattr(optimizer, "ipg_buckets", {}).values():
+                for tensor in _tensors_in(getattr(bucket, "buffer", None), 2):
+                    framework.on_buffer("overhead", "overhead/deepspeed reduce bucket (ipg_buckets buffer)", tensor)
+            return result
+
+        optimizer.setup_buckets = labelled_setup_buckets
+
+    @property
+    def optimizer(self) -> Any:
+        return self.zero_optimizer
+
+    def training_step(self, batch: torch.Tensor) -> TrainingStep:
+        return DeepSpeedStep(self.setup, self.model, self.zero_optimizer, batch, forward_module=self.engine)
+
+    def optimizer_state_tensors(self) -> Iterator[torch.Tensor]:
+        inner = getattr(self.zero_optimizer, "optimizer", self.zero_optimizer)
+        for state in inner.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    yield value
+
+    def parameter_tensors(self) -> Iterator[torch.Tensor]:
+        for parameter in self.model.parameters():
+            yield parameter
+            partition = getattr(parameter, "ds_tensor", None)
+            if isinstance(partition, torch.Tensor):
+                yield partition
+        yield from self.model.buffers()
+
+    def owned_tensors(self) -> Owned:
+        owned: Owned = []
+        for bucket in getattr(self.zero_optimizer, "ipg_buckets", {}).values():
+            for tensor in _tensors_in(getattr(bucket, "buffer", None), 2):
+                owned.append(("overhead", "overhead/deepspeed reduce bucket (ipg_buckets buffer)", tensor))
+        for name, tensor in named_tensors(self.zero_optimizer):
+            owned.append((*_DEEPSPEED_ATTRIBUTES.get(name, ("overhead", "overhead/deepspeed " + name)), tensor))
+        return owned
+
+    @property
+    def optimizer_class(self) -> str:
+        cls = type(self.zero_optimizer)
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+
+_DEEPSPEED_ATTRIBUTES = {
+    # stage 1 and 2 (deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.__init__)
+    "bit16_groups_flat": ("parameters", "parameters/deepspeed bit16_groups_flat"),
+    "single_partition_of_fp32_groups": ("optimizer_states", "optimizer_states/deepspeed fp32 partition (master)"),
+    "averaged_gradients": ("gradients", "gradients/deepspeed averaged_gradients"),
+    "grads_in_partition": ("gradients", "gradients/deepspeed grads_in_partition"),
+    "ipg_buffer": ("overhead", "overhead/deepspeed ipg_buffer (reduce bucket)"),
+    # stage 3 (deepspeed/runtime/zero/stage3.py, DeepSpeedZeroOptimizer_Stage3.__init__)
+    "fp16_partitioned_groups_flat": ("parameters", "parameters/deepspeed fp16_partitioned_groups_flat"),
+    "fp32_partitioned_groups_flat": ("optimizer_states", "optimizer_states/deepspeed fp32 partition (master)"),
+    "grad_partitions_flat_buffer": ("gradients", "gradients/deepspeed grad_partitions_flat_buffer"),
+    "_DeepSpeedZeroOptimizer_Stage3__param_id_to_grad_partition": (
+        "gradients",
+        "gradients/deepspeed grad_partitions_flat_buffer",
+    ),
+}
+
+
+def named_tensors(owner: Any, depth: int = 2) -> Iterator[tuple[str, torch.Tensor]]:
+    """(attribute name, tensor) for every tensor an object holds in its attributes (lists/dicts, ``depth`` deep)."""
+    for name, value in list(vars(owner).items()):
+        for tensor in _tensors_in(value, depth):
+            yield name, tensor
+
+
+def _tensors_in(value: Any, depth: int) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth > 0 and isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item, depth - 1)
+    elif depth > 0 and isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item, depth - 1)
+
+
+class DeepSpeedStep(TrainingStep):
+    """DeepSpeed's loop: ``engine.backward(loss)`` (it scales by the accumulation steps), ``engine.step()``
+    after every micro-batch (it steps the optimizer and zeroes the gradients at the accumulation boundary)."""
+
+    def backward(self, loss: torch.Tensor, accumulation: int) -> None:
+        self.forward_module.backward(loss)
+        if self.micro_batch < accumulation:
+            self.forward_module.step()
+
+    def optimizer_step(self) -> None:
+        self.forward_module.step()
+
+    def zero_grad(self) -> None:
+        pass
+
+    def _optimizer_state_tensors(self) -> list[torch.Tensor]:
+        inner = getattr(self.optimizer, "optimizer", self.optimizer)
+        return [value for state in inner.state.values() for value in state.values() if isinstance(value, torch.Tensor)]
+
+
+FRAMEWORKS = {"ddp": DDP, "fsdp2": FSDP2, "dtensor-tp": DTensorTP, "deepspeed": DeepSpeed}

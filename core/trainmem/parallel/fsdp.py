@@ -1,0 +1,74 @@
+"""FSDP2 (``fully_shard``, torch 2.13) and FSDP1: what stays unsharded, and when.
+
+The layout trainmem assumes is the one the FSDP2 tutorial and torchtitan use and the
+distributed measurement runs: ``fully_shard`` on every decoder layer, then on the root
+model, so the root unit holds everything outside the layers (embedding, final norm, head).
+
+Rules, from ``torch/distributed/fsdp/_fully_shard/``:
+
+* **sharded parameters** stay allocated for the whole step (``FSDPParam.sharded_param``,
+  ``_fsdp_param.py``); the unsharded parameters are separate storages that
+  ``alloc_storage``/``free_storage`` resize in place.
+* **the root unit is not resharded after forward**: ``FSDPState._lazy_init``
+  (``_fsdp_state.py``) sets the root group's ``post_forward_mesh_info`` to None, so its
+  unsharded weights (the whole embedding and head, in the param dtype) live from the root's
+  pre-forward to its post-backward (the end of the embedding's backward).
+* **a layer unit** is all-gathered before its forward (``FSDPParamGroup.unshard``):
+  ``foreach_all_gather`` fills a flat output of world size × the padded shard, which
+  ``foreach_all_gather_copy_out`` copies into the unsharded parameters; both exist at once,
+  so a layer in compute costs two copies of its weights. With
+  ``reshard_after_forward=True`` it is freed after the forward and gathered again for the
+  backward; with ``False`` it stays until its backward is done.
+* **backward prefetch**: the root's pre-backward unshards the last layer
+  (``FSDPParamGroup._backward_prefetch``), so its all-gather output is alive while the
+  loss head's backward runs (the peak of the measured steps).
+
+Measured (``fsdp2-llama-7m-*``): the parameters at the loss backward are the shard, the
+root unit and one layer's all-gather output, to the byte.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..tape import DTYPE_BYTES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plan import Plan, Stage
+
+ROOT_DETAIL = "the root fully_shard unit (embedding, final norm, head) stays unsharded from forward to backward"
+KEPT_DETAIL = "reshard_after_forward=False: each layer's unsharded weights stay until its backward"
+PREFETCH_DETAIL = "the last layer's all-gather output, prefetched by the root's pre-backward"
+
+
+def runs_fsdp2(plan: "Plan") -> bool:
+    """FSDP2 with sharded weights (FULL_SHARD / HYBRID_SHARD)."""
+    parallel = plan.parallel
+    return parallel.strategy == "fsdp" and parallel.fsdp_version == 2 and plan.sharding.weights > 1
+
+
+def root_unit_bytes(plan: "Plan", stage: "Stage") -> int:
+    """Unsharded weights of the root unit: every tensor outside the decoder layers, in the compute dtype."""
+    if not runs_fsdp2(plan):
+        return 0
+    return ends_bytes(plan, stage)
+
+
+def ends_bytes(plan: "Plan", stage: "Stage") -> int:
+    """Every tensor of the stage outside the decoder layers (embedding, final norm, head), whole, in the compute dtype."""
+    compute = DTYPE_BYTES[plan.precision.compute_weight_dtype]
+    return sum(s.total_numel for s in plan.slices(stage) if not s.layer_scope) * compute
+
+
+def kept_after_forward(plan: "Plan", layer_bytes: int) -> int:
+    """Bytes a layer leaves unsharded after its forward (reshard_after_forward=False), else 0."""
+    if not runs_fsdp2(plan) or plan.parallel.fsdp_reshard_after_forward:
+        return 0
+    return layer_bytes
+
+
+def backward_prefetch_bytes(plan: "Plan", layer_bytes: int) -> int:
+    """The last layer's all-gather output alive during the loss head's backward (0 if it was never resharded)."""
+    if not runs_fsdp2(plan) or not plan.parallel.fsdp_reshard_after_forward:
+        return 0
+    return layer_bytes

@@ -1,0 +1,111 @@
+"""The distributed cases of trainmem's measured corpus (``core/trainmem/data/corpus_distributed.jsonl``).
+
+Each case is a Setup with ``parallelism.num_gpus`` local ranks; ``scripts/build_distributed_corpus.py``
+measures it with :func:`trainmem.measure.distributed.measure_distributed` (gloo on CPU, real
+tensors) and records one line per rank. One small Llama (7.1M parameters: vocabulary 8000,
+hidden 256, 4 layers, 4 query and 2 key/value heads, untied head) keeps every run under a
+minute or two on two cores; micro-batch 2 × 128 tokens, AdamW (for-loop, torch's CPU default).
+
+Frameworks: DDP; FSDP2 (``fully_shard`` per decoder layer and the root) with and without
+resharding after forward, with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
+with activation checkpointing; DTensor tensor parallelism with and without
+``SequenceParallel``; DeepSpeed 0.19 ZeRO 1, 2 and 3 in fp32 and bf16 (master weights), with
+optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3. (DeepSpeed with gradient
+accumulation is not in the list yet.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LLAMA_7M = {
+    "model_type": "llama",
+    "vocab_size": 8000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+}
+
+
+def case(case_id: str, description: str, parallelism: dict, precision: str = "fp32", **fields: Any) -> dict[str, Any]:
+    setup = {
+        "model": {"hf_config": LLAMA_7M},
+        "micro_batch_size": 2,
+        "sequence_length": 128,
+        "precision": precision,
+        "optimizer": {"name": "adamw", "implementation": "for-loop"},
+        "parallelism": {"num_gpus": 2, **parallelism},
+        "runtime": {"device": "cpu"},
+        **fields,
+    }
+    return {"id": case_id, "description": description, "setup": setup}
+
+
+FSDP = {"strategy": "fsdp", "fsdp_version": 2}
+FSDP_MIXED = {**FSDP, "fsdp_reduce_dtype": "fp32"}
+TP = {"tensor_parallel_size": 2, "tensor_parallel_flavor": "dtensor"}
+
+
+def zero(stage: int, **more: Any) -> dict[str, Any]:
+    return {"strategy": "zero", "zero_stage": stage, **more}
+
+
+DISTRIBUTED_CASES: list[dict[str, Any]] = [
+    case("ddp-llama-7m-fp32-w2", "DDP, fp32", {"strategy": "ddp"}),
+    case("ddp-llama-7m-amp-bf16-w2", "DDP, AMP bf16", {"strategy": "ddp"}, "amp-bf16"),
+    case("ddp-llama-7m-fp32-ga2-w2", "DDP, fp32, 2 micro-batches", {"strategy": "ddp"}, gradient_accumulation_steps=2),
+    case("fsdp2-llama-7m-fp32-w2", "FSDP2, fp32, reshard_after_forward=True", FSDP),
+    case(
+        "fsdp2-llama-7m-fp32-noreshard-w2",
+        "FSDP2, fp32, reshard_after_forward=False",
+        {**FSDP, "fsdp_reshard_after_forward": False},
+    ),
+    case("fsdp2-llama-7m-fp32-ckpt-w2", "FSDP2, fp32, full activation checkpointing", FSDP, activation_checkpointing="full"),
+    case("fsdp2-llama-7m-mixed-bf16-w2", "FSDP2, MixedPrecisionPolicy(bf16, reduce fp32)", FSDP_MIXED, "bf16-mixed"),
+    case(
+        "fsdp2-llama-7m-mixed-bf16-ckpt-w2",
+        "FSDP2, MixedPrecisionPolicy(bf16, reduce fp32), full activation checkpointing",
+        FSDP_MIXED,
+        "bf16-mixed",
+        activation_checkpointing="full",
+    ),
+    case(
+        "fsdp2-llama-7m-mixed-bf16-noreshard-w2",
+        "FSDP2, MixedPrecisionPolicy(bf16, reduce fp32), reshard_after_forward=False",
+        {**FSDP_MIXED, "fsdp_reshard_after_forward": False},
+        "bf16-mixed",
+    ),
+    case("fsdp2-llama-7m-fp32-w4", "FSDP2, fp32, 4 ranks", {**FSDP, "num_gpus": 4}),
+    case("tp-dtensor-llama-7m-fp32-w2", "DTensor TP (torchtitan plan), fp32", TP),
+    case("tp-dtensor-sp-llama-7m-fp32-w2", "DTensor TP with SequenceParallel norms, fp32", {**TP, "sequence_parallel": True}),
+    case("zero1-llama-7m-fp32-w2", "DeepSpeed ZeRO-1, fp32", zero(1)),
+    case("zero2-llama-7m-fp32-w2", "DeepSpeed ZeRO-2, fp32", zero(2)),
+    case("zero3-llama-7m-fp32-w2", "DeepSpeed ZeRO-3, fp32", zero(3)),
+    case("zero1-llama-7m-bf16-w2", "DeepSpeed ZeRO-1, bf16 with fp32 master weights", zero(1), "bf16-master-weights"),
+    case("zero2-llama-7m-bf16-w2", "DeepSpeed ZeRO-2, bf16 with fp32 master weights", zero(2), "bf16-master-weights"),
+    case("zero3-llama-7m-bf16-w2", "DeepSpeed ZeRO-3, bf16 with fp32 master weights", zero(3), "bf16-master-weights"),
+    case(
+        "zero2-llama-7m-bf16-ckpt-w2",
+        "DeepSpeed ZeRO-2, bf16, full activation checkpointing",
+        zero(2),
+        "bf16-master-weights",
+        activation_checkpointing="full",
+    ),
+    case(
+        "zero2-llama-7m-bf16-offload-w2",
+        "DeepSpeed ZeRO-2, bf16, offload_optimizer cpu",
+        zero(2, offload_optimizer=True),
+        "bf16-master-weights",
+    ),
+    case(
+        "zero3-llama-7m-bf16-offload-w2",
+        "DeepSpeed ZeRO-3, bf16, offload_optimizer cpu",
+        zero(3, offload_optimizer=True),
+        "bf16-master-weights",
+    ),
+    case("zero3-llama-7m-bf16-w4", "DeepSpeed ZeRO-3, bf16, 4 ranks", zero(3, num_gpus=4), "bf16-master-weights"),
+]

@@ -1,0 +1,108 @@
+"""The distributed measurement: the tracker's additions, the rebased log, and one real 2-rank run.
+
+The storage-resize and log tests need only torch (one process). ``test_a_two_rank_fsdp2_run``
+launches two gloo ranks on 127.0.0.1 and is marked ``slow`` (deselected by default; run
+with ``-m slow``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmem.measure.accounting import PART_BUFFERS_BEFORE_STEP, StepLog, account, rebased_at_first_mark
+from trainmem.measure.events import ALLOC, FREE, MARK, ROLE_ALLOCATED, ROLE_PARAMETER, Segment, StorageInfo
+
+
+def _info(nbytes: int, role: str = ROLE_ALLOCATED) -> StorageInfo:
+    return StorageInfo(nbytes=nbytes, op="aten.empty", segment=0, dtype="float32", shape=(nbytes // 4,), role=role)
+
+
+def test_the_log_is_rebased_at_the_first_marker():
+    # a warm-up transient (freed), a bucket that survives into the step, a weight, then the step
+    storages = [_info(1000), _info(64), _info(400, ROLE_PARAMETER), _info(8)]
+    segments = [Segment("start", "start", 0), Segment("forward", "forward embeddings", 1)]
+    events = [(ALLOC, 0, 1000), (ALLOC, 1, 64), (ALLOC, 2, 400), (FREE, 0, 1000), (MARK, 1, 0), (ALLOC, 3, 8)]
+    log = rebased_at_first_mark(StepLog(storages=storages, events=events, segments=segments))
+    assert log.events[:2] == [(ALLOC, 1, 64), (ALLOC, 2, 400)]
+    assert log.assigned == {1: ("overhead", PART_BUFFERS_BEFORE_STEP)}
+    result = account(log)
+    assert result.start_bytes == 464
+    assert result.peak_allocated_bytes == 472  # the warm-up's 1000 bytes are not part of the step
+    assert result.breakdown.overhead == 64 and result.breakdown.parameters == 400
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.torch
+def test_in_place_storage_resizes_are_counted():
+    from trainmem.measure.tracker import StorageTracker, tracking_storage_resizes
+
+    tracker = StorageTracker()
+    with tracker, tracking_storage_resizes(tracker):
+        tensor = torch.empty(256)
+        storage = tensor.untyped_storage()
+        storage.resize_(0)  # FSDP2's free_storage
+        storage.resize_(1024 * 4)  # alloc_storage, at a new size
+    kinds = [(kind, nbytes) for kind, _, nbytes in tracker.events]
+    assert kinds == [(ALLOC, 1024), (FREE, 1024), (ALLOC, 0), (FREE, 0), (ALLOC, 4096)]
+
+
+@pytest.mark.torch
+def test_storages_first_seen_as_inputs_are_never_counted():
+    from trainmem.measure.tracker import StorageTracker
+
+    outside = torch.empty(1000)  # allocated before the mode: like gloo's C++ staging buffers
+    tracker = StorageTracker()
+    with tracker:
+        view = outside.view(10, 100)[0]  # an op whose output shares the untracked storage
+        del view
+    assert tracker.untracked_input_bytes == 4000
+    assert not tracker.storages
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_two_rank_fsdp2_run_matches_the_estimate():
+    pytest.importorskip("transformers")
+    import trainmem
+    from trainmem.measure.distributed import measure_distributed
+    from trainmem.validate import compare
+
+    setup = {
+        "model": {
+            "hf_config": {
+                "model_type": "llama",
+                "vocab_size": 512,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "max_position_embeddings": 256,
+                "tie_word_embeddings": False,
+            }
+        },
+        "micro_batch_size": 2,
+        "sequence_length": 32,
+        "precision": "fp32",
+        "optimizer": {"name": "adamw", "implementation": "for-loop"},
+        "parallelism": {"num_gpus": 2, "strategy": "fsdp"},
+        "runtime": {"device": "cpu"},
+    }
+    ranks = measure_distributed(setup, case_id="tiny-fsdp2")
+    assert [m.rank for m in ranks] == [0, 1] and ranks[0].id == "tiny-fsdp2-rank0"
+    assert ranks[0].framework == "fsdp2" and ranks[0].parts["parameters/fsdp unsharded parameters"] > 0
+    comparison = compare(ranks[0], trainmem.estimate(ranks[0].setup, suggestions=False))
+    assert abs(comparison.relative_error) <= 0.05
+
+
+def test_setups_a_local_run_cannot_replay_are_refused():
+    from trainmem.measure.distributed import check_distributed
+    from trainmem.setup import Setup
+
+    base = {"model": {"preset": "gpt2"}, "runtime": {"device": "cpu"}}
+    with pytest.raises(ValueError, match="num_gpus"):
+        check_distributed(Setup.model_validate({**base, "parallelism": {"num_gpus": 8}}))
+    with pytest.raises(ValueError, match="tensor_parallel_flavor"):
+        check_distributed(Setup.model_validate({**base, "parallelism": {"num_gpus": 2, "tensor_parallel_size": 2}}))

@@ -1,0 +1,168 @@
+"""Framework rules of trainmem.parallel, each checked on its own (the measured checks are in
+tests/test_validation_distributed.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainmem
+from trainmem.cli import main
+
+LLAMA = {
+    "model_type": "llama",
+    "vocab_size": 8000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+}
+LAYER_FP32_BYTES = 4 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 688 + 2 * 256)
+ROOT_FP32_BYTES = 4 * (2 * 8000 * 256 + 256)
+
+
+def estimate(**parallelism):
+    setup = {
+        "model": {"hf_config": LLAMA},
+        "micro_batch_size": 2,
+        "sequence_length": 128,
+        "precision": parallelism.pop("precision", "fp32"),
+        "optimizer": {"name": "adamw", "implementation": "for-loop"},
+        "parallelism": {"num_gpus": 2, **parallelism},
+        "runtime": {"device": "cpu"},
+    }
+    return trainmem.estimate(setup, suggestions=False)
+
+
+def part(report, name):
+    return sum(p.bytes for p in report.parts if p.name == name)
+
+
+def test_fsdp2_keeps_the_root_unit_unsharded_and_prefetches_the_last_layer():
+    report = estimate(strategy="fsdp")
+    assert report.peak.label == "loss backward"
+    assert part(report, "FSDP root unit (unsharded)") == ROOT_FP32_BYTES
+    assert part(report, "gathered weights") == LAYER_FP32_BYTES
+
+
+def test_fsdp2_without_resharding_keeps_every_layer_until_its_backward():
+    report = estimate(strategy="fsdp", fsdp_reshard_after_forward=False)
+    assert part(report, "unsharded layers kept for backward") == 4 * LAYER_FP32_BYTES
+    assert part(report, "gathered weights") == 0
+
+
+def test_fsdp2_mixed_precision_gathers_in_bf16():
+    report = estimate(strategy="fsdp", precision="bf16-mixed", fsdp_reduce_dtype="fp32")
+    assert part(report, "FSDP root unit (unsharded)") == ROOT_FP32_BYTES // 2
+
+
+def bucket_at_its_moment(report):
+    timeline = report.timeline
+    return timeline.overhead[timeline.labels.index("reduce bucket")]
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero_1_and_2_allocate_the_reduce_bucket_at_its_configured_size(stage):
+    report = estimate(strategy="zero", zero_stage=stage)
+    assert part(report, "ZeRO reduce bucket") == 500_000_000 * 4  # 2 GB for a 7M-parameter model
+    smaller = estimate(strategy="zero", zero_stage=stage, zero_reduce_bucket_size=1_000_000)
+    assert bucket_at_its_moment(smaller) == 4_000_000
+    overlapped = estimate(strategy="zero", zero_stage=stage, zero_reduce_bucket_size=1_000_000, zero_overlap_comm=True)
+    assert bucket_at_its_moment(overlapped) == 8_000_000
+    assert report.timeline.overhead[report.timeline.phases.index("optimizer")] < 500_000_000 * 4  # freed by then
+
+
+def test_zero_keeps_an_fp32_partition_of_an_fp32_model():
+    report = estimate(strategy="zero", zero_stage=2)
+    assert part(report, "master weights") == report.num_parameters * 4 // 2
+
+
+def test_dtensor_tp_computes_the_loss_over_the_whole_vocabulary():
+    dtensor = estimate(tensor_parallel_size=2, tensor_parallel_flavor="dtensor")
+    megatron = estimate(tensor_parallel_size=2, tensor_parallel_flavor="megatron")
+    logits_fp32 = 2 * 128 * 8000 * 4
+    assert part(dtensor, "logits and loss temporaries") == 2 * logits_fp32
+    assert part(megatron, "logits and loss temporaries") == logits_fp32
+
+
+def test_tensor_parallel_embedding_gradient_is_the_rank_slice():
+    report = estimate(tensor_parallel_size=2, tensor_parallel_flavor="dtensor")
+    optimizer = next(moment for moment in report.ranks[0].timeline.phases if moment == "optimizer")
+    index = report.ranks[0].timeline.phases.index(optimizer)
+    assert report.ranks[0].timeline.gradients[index] == report.ranks[0].timeline.parameters[index] - 256
+
+
+def test_host_ram_counts_the_model_load_per_rank_and_the_offloaded_states():
+    setup = {
+        "model": {"preset": "llama-2-13b"},
+        "micro_batch_size": 1,
+        "sequence_length": 2048,
+        "parallelism": {"num_gpus": 8, "zero_stage": 3, "offload_optimizer": True, "host_ram_gib_per_node": 128},
+    }
+    every_rank = trainmem.estimate(setup, suggestions=False).host
+    weights_bf16 = 13_015_864_320 * 2
+    assert every_rank.ranks_per_node == 8
+    assert {p.name: p.bytes for p in every_rank.load_parts}["model load"] == 8 * weights_bf16
+    offloaded = {p.name: p.bytes for p in every_rank.steady_parts}["offloaded model states"]
+    assert offloaded >= 12 * 13_015_864_320  # master weights and Adam states, at least, for the node
+    assert every_rank.fits is False and "does not fit" in every_rank.message
+    sharded = trainmem.estimate(
+        {**setup, "parallelism": {**setup["parallelism"], "model_load": "sharded"}}, suggestions=False
+    ).host
+    assert {p.name: p.bytes for p in sharded.load_parts}["model load"] == weights_bf16
+    nvme = trainmem.estimate(
+        {**setup, "parallelism": {**setup["parallelism"], "offload_device": "nvme"}}, suggestions=False
+    ).host
+    assert nvme.nvme_bytes == offloaded
+    assert "offloaded model states" not in {p.name for p in nvme.steady_parts}
+
+
+def test_the_text_report_shows_host_ram_when_offloading(capsys):
+    argv = ["estimate", "--preset", "llama-2-7b", "--gpus", "8", "--zero", "3", "--offload-optimizer"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Host RAM per node (8 ranks)" in out and "model load" in out
+
+
+@pytest.mark.parametrize(("pipeline", "virtual"), [(4, 2), (8, 3), (4, 5)])
+def test_interleaved_first_stage_holds_korthikanti_factor_of_the_layers(pipeline, virtual):
+    """Korthikanti et al. 2022, 4.2.3: the first stage of an interleaved schedule holds
+    L × (1 + (p − 1)/(p·v)) layers' activations (L without interleaving)."""
+    base = {
+        "model": {"preset": "llama-2-13b"},
+        "micro_batch_size": 1,
+        "sequence_length": 2048,
+        "gradient_accumulation_steps": 16,
+        "parallelism": {"num_gpus": pipeline, "pipeline_parallel_size": pipeline},
+    }
+    plain = trainmem.estimate(base, suggestions=False)
+    interleaved = trainmem.estimate(
+        {**base, "parallelism": {**base["parallelism"], "pipeline_virtual_stages": virtual}}, suggestions=False
+    )
+    own = 40 // pipeline
+    per_layer = part(plain.ranks[0], "earlier micro-batches in flight") / ((pipeline - 1) * own)
+    held = part(interleaved.ranks[0], "earlier micro-batches in flight")
+    assert (held + own * per_layer) / (40 * per_layer) == pytest.approx(1 + (pipeline - 1) / (pipeline * virtual))
+
+
+def test_new_parallel_fields_refuse_what_they_cannot_mean():
+    with pytest.raises(ValueError, match="pipeline_virtual_stages"):
+        trainmem.estimate({"model": {"preset": "gpt2"}, "parallelism": {"pipeline_virtual_stages": 2}})
+    with pytest.raises(ValueError, match="offload_device"):
+        trainmem.estimate({"model": {"preset": "gpt2"}, "parallelism": {"num_gpus": 2, "offload_device": "nvme"}})
+    with pytest.raises(ValueError, match="offload_optimizer"):
+        trainmem.estimate(
+            {"model": {"preset": "gpt2"}, "parallelism": {"num_gpus": 2, "strategy": "megatron", "offload_optimizer": True}}
+        )
+
+
+def test_megatron_distributed_optimizer_shards_only_main_params_and_states():
+    report = trainmem.estimate(
+        {"model": {"num_parameters": 10**9}, "precision": "bf16-mixed", "optimizer": "adam",
+         "parallelism": {"num_gpus": 8, "strategy": "megatron"}},
+        suggestions=False,
+    )
+    assert report.resolved.precision_recipe == "bf16-master-weights-fp32-grads"
+    assert "ZeRO reduce bucket" not in {p.name for p in report.parts}
