@@ -70,6 +70,7 @@ FAMILY_CONFIGS: dict[str, dict] = {
     "gpt_neox-serial": {
         "model_type": "gpt_neox", **SMALL, "num_key_value_heads": 4, "intermediate_size": 256,
         "use_parallel_residual": False, "tie_word_embeddings": True,
+    },
     "deepseek_v3": {
         "model_type": "deepseek_v3", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96,
         "moe_intermediate_size": 32, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2,
