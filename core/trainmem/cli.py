@@ -214,8 +214,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
 def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     """A (a setup or a saved ``estimate --json`` report), and B: a second file, flags on top of A, or both."""
-    _add_estimate_arguments(parser)
-    parser.add_argument("other", nargs="?", metavar="B", help="the second setup or report file (default: A itself)")
+    _add_estimate_arguments(parser)  # its FILE arguments are A and, optionally, B (default: A itself)
     parser.add_argument("--markdown", action="store_true", help="print the comparison as a Markdown table")
 
 
@@ -241,14 +240,17 @@ def _compare(args: argparse.Namespace) -> int:
     from .estimate import estimate
     from .render_markdown import render_comparison_markdown
 
-    if not args.setup:
+    files = list(args.files or [])
+    if not files:
         raise _InputError("setup: give the first setup file (trainmem compare A.json B.json, or A.json and flags)")
+    if len(files) > 2:
+        raise _InputError("compare: give two setup files at most (A and B)")
     if args.json and args.markdown:
         raise _InputError("compare: give only one of --json, --markdown")
-    setup_a, report_a = _read_side(args.setup)
-    setup_b, report_b = _read_side(args.other) if args.other else (setup_a, report_a)
-    first, second = args.setup, args.other
-    args.setup = None  # what is left of the arguments is the flags: a patch on top of B
+    first, second = files[0], (files[1] if len(files) == 2 else None)
+    setup_a, report_a = _read_side(first)
+    setup_b, report_b = _read_side(second) if second else (setup_a, report_a)
+    args.files = []  # what is left of the arguments is the flags: a patch on top of B
     flags = setup_from_arguments(args)
     if not second and not flags:
         raise _InputError("compare: give a second setup file, or flags that change the first (e.g. --zero 3)")
