@@ -132,8 +132,8 @@ def format_validation_error(error: ValidationError) -> list[tuple[str, str]]:
     for item in error.errors(include_url=False):
         path = field_path(item["loc"])
         cause = (item.get("ctx") or {}).get("error")
-        if isinstance(cause, FieldError):
-            path = f"{path}.{cause.field}" if path != "setup" else cause.field
+        if isinstance(cause, FieldError) and cause.field:
+            path = f"{path}.{printable(cause.field, 200)}" if path != "setup" else printable(cause.field, 200)
         if path not in seen:
             seen[path] = printable(_message(item))
     # A union reports every branch; where one branch got further (``gpu.memory_gib``), the
