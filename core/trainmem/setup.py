@@ -174,6 +174,8 @@ class HFConfigModel(StrictModel):
             value = _read_json_file(value)  # the file reader applies the same limits
         else:
             limits.check_free_form_json(value, "config.json")
+        if not isinstance(value, dict):
+            raise ValueError(f"a config.json must be a JSON object, got {describe_value(value)}")
         model_type = value.get("model_type")
         if model_type is not None and not isinstance(model_type, str):  # the key every reader dispatches on
             raise FieldError("model_type", f"expected a string, got {describe_value(model_type)}")
