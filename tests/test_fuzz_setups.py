@@ -8,6 +8,7 @@ threshold here: a case counts as hung only when it is interrupted after a minute
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz_setups.py"
@@ -16,6 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz_setups.py"
 def _fuzz_module():
     spec = importlib.util.spec_from_file_location("fuzz_setups", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     assert spec.loader is not None
     spec.loader.exec_module(module)
     return module
