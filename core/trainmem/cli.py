@@ -39,6 +39,10 @@ class _OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+OneLineParser = _OneLineParser
+"""For the other subcommands' parsers (measure, validate)."""
+
+
 def _given_twice(parser: argparse.ArgumentParser, namespace: argparse.Namespace, action: argparse.Action) -> None:
     """A flag given twice (``--mbs 2 --micro-batch-size 4``) is a conflict, not "the last one wins"."""
     seen = namespace.__dict__.setdefault("_flags_given", set())
@@ -322,13 +326,26 @@ def _silence_stdout() -> None:
 
 
 def _delegate(command: str, argv: list[str]) -> int:
-    if command == "measure":
-        from .measure.cli import main as measure_main
+    """``trainmem measure`` / ``validate``: their own parsers, the same one-line failures."""
+    try:
+        if command == "measure":
+            from .measure.cli import main as measure_main
 
-        return measure_main(argv)
-    from .validate import main as validate_main
+            return measure_main(argv)
+        from .validate import main as validate_main
 
-    return validate_main(argv)
+        return validate_main(argv)
+    except ValidationError as error:
+        return _fail(one_line(error))
+    except ValueError as error:
+        return _fail(str(error))
+    except KeyboardInterrupt:
+        sys.stderr.write("trainmem: interrupted\n")
+        return 130
+    except Exception as error:  # noqa: BLE001 - one line, as for estimate
+        if os.environ.get("TRAINMEM_DEBUG"):
+            raise
+        return _fail(f"internal error ({type(error).__name__}: {error}); TRAINMEM_DEBUG=1 shows the traceback", 3)
 
 
 if __name__ == "__main__":  # pragma: no cover
