@@ -40,10 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "core"))
 sys.path.insert(0, str(ROOT / "web" / "py"))
 
+import trainmem_web  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
 import trainmem  # noqa: E402
-import trainmem_web  # noqa: E402
 from trainmem.catalogs import gpus, optimizers, presets  # noqa: E402
 from trainmem.errors import format_validation_error, one_line  # noqa: E402
 from trainmem.render import render_report  # noqa: E402
@@ -131,9 +131,11 @@ def _parallelism(rng: random.Random) -> dict[str, Any]:
 def _finetuning(rng: random.Random) -> dict[str, Any]:
     method = rng.choice(["full", "full", "lora", "qlora"])
     if method == "full":
-        return {"frozen": rng.sample(["embeddings", "attention", "mlp", "norms", "lm_head", "layers:0-0"], 1)} if (
-            rng.random() < 0.2
-        ) else {}
+        return (
+            {"frozen": rng.sample(["embeddings", "attention", "mlp", "norms", "lm_head", "layers:0-0"], 1)}
+            if (rng.random() < 0.2)
+            else {}
+        )
     lora: dict[str, Any] = {"r": rng.choice([1, 8, 16, 64, 256])}
     if rng.random() < 0.5:
         lora["target_modules"] = "all-linear" if rng.random() < 0.5 else rng.sample(MODULES, rng.randint(1, 3))
@@ -452,8 +454,10 @@ def run_bridge(case: Any, suggestions: bool) -> Outcome:
         answer = json.loads(trainmem_web.compute(text, suggestions))
         if answer.get("ok") is True:
             kind, detail = "report", ""
-        elif answer.get("ok") is False and answer["errors"] and all(
-            _one_line(e["message"]) and isinstance(e["path"], str) for e in answer["errors"]
+        elif (
+            answer.get("ok") is False
+            and answer["errors"]
+            and all(_one_line(e["message"]) and isinstance(e["path"], str) for e in answer["errors"])
         ):
             messages = "; ".join(f"{e['path'] or 'setup'}: {e['message']}" for e in answer["errors"])
             kind, detail = ("crash", messages) if "internal error" in messages else ("rejected", messages)
@@ -508,11 +512,18 @@ def fuzz(cases: int, seed: int, bound_seconds: float, interrupt_seconds: float, 
                 figures.slowest_seconds = max(figures.slowest_seconds, outcome.seconds)
                 if outcome.cpu_seconds > figures.slowest_cpu_seconds:
                     figures.slowest_cpu_seconds = outcome.cpu_seconds
-                    figures.slowest_case = f"#{index} {shell}: {_json_text(case)[:300] if not isinstance(case, float) else case}"
+                    figures.slowest_case = (
+                        f"#{index} {shell}: {_json_text(case)[:300] if not isinstance(case, float) else case}"
+                    )
                 if outcome.kind in ("crash", "hang") and len(figures.failures) < 50:
                     figures.failures.append(
-                        {"index": index, "shell": shell, "kind": outcome.kind, "detail": outcome.detail,
-                         "case": _json_text(case)[:400] if not isinstance(case, float) else repr(case)}
+                        {
+                            "index": index,
+                            "shell": shell,
+                            "kind": outcome.kind,
+                            "detail": outcome.detail,
+                            "case": _json_text(case)[:400] if not isinstance(case, float) else repr(case),
+                        }
                     )
     finally:
         if previous is not None:
@@ -577,10 +588,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         for shell, groups in result["outcomes"].items():
             for group, kinds in groups.items():
                 print(f"  {shell:<6} {group:<7} " + "  ".join(f"{k} {v:>6,}" for k, v in kinds.items()))
-        print(f"crashes {result['crashes']}, hangs over {args.bound_seconds:g} s {result['hangs']}, slowest case "
-              f"{result['slowest_case_cpu_seconds']:.3f} s CPU ({result['slowest_case_seconds']:.3f} s wall)")
+        print(
+            f"crashes {result['crashes']}, hangs over {args.bound_seconds:g} s {result['hangs']}, slowest case "
+            f"{result['slowest_case_cpu_seconds']:.3f} s CPU ({result['slowest_case_seconds']:.3f} s wall)"
+        )
         for failure in result["failures"][:10]:
-            print(f"  #{failure['index']} {failure['shell']} {failure['kind']}: {failure['detail']}\n    {failure['case']}")
+            print(
+                f"  #{failure['index']} {failure['shell']} {failure['kind']}: {failure['detail']}\n    {failure['case']}"
+            )
     return 1 if result["crashes"] or result["hangs"] else 0
 
 

@@ -58,13 +58,26 @@ FILES: dict[str, bytes] = {
     "no_model.json": b'{"micro_batch_size": 4}',
     "two_models.json": b'{"model": {"preset": "gpt2", "num_parameters": 5}}',
     "layers_huge.json": json.dumps(
-        {"model": {"architecture": {**{k: v for k, v in LLAMA_CONFIG.items() if k != "model_type"},
-                                    "num_hidden_layers": 10**9}}}
+        {
+            "model": {
+                "architecture": {
+                    **{k: v for k, v in LLAMA_CONFIG.items() if k != "model_type"},
+                    "num_hidden_layers": 10**9,
+                }
+            }
+        }
     ).encode(),
     "narrow_mlp.json": json.dumps(
         {
-            "model": {"architecture": {"vocab_size": 1024, "hidden_size": 1024, "num_hidden_layers": 2,
-                                       "num_attention_heads": 32, "intermediate_size": 16}},
+            "model": {
+                "architecture": {
+                    "vocab_size": 1024,
+                    "hidden_size": 1024,
+                    "num_hidden_layers": 2,
+                    "num_attention_heads": 32,
+                    "intermediate_size": 16,
+                }
+            },
             "parallelism": {"num_gpus": 32, "tensor_parallel_size": 32},
         }
     ).encode(),

@@ -41,7 +41,11 @@ scalars = st.one_of(
     st.text(alphabet=st.characters(codec=None, categories=["Cc", "Cf", "Cs", "Zl", "Zp"]), max_size=4),
     st.sampled_from(["4", "768", "true", "false", "inf", "1e308", "all-linear", "layers:0-9999999", "gpt2", "zero"]),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
 
 PATHS = [
     "micro_batch_size",
@@ -92,11 +96,32 @@ PATHS = [
 BASES = [
     {"model": "gpt2", "sequence_length": 128},
     {"model": "qwen1.5-moe-a2.7b", "sequence_length": 64, "parallelism": {"num_gpus": 4, "zero_stage": 3}},
-    {"model": {"hf_config": {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
-                             "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000}},
-     "sequence_length": 64, "finetuning": {"method": "lora"}},
-    {"model": {"architecture": {"vocab_size": 512, "hidden_size": 128, "num_hidden_layers": 2,
-                                "num_attention_heads": 4, "intermediate_size": 256}}, "sequence_length": 32},
+    {
+        "model": {
+            "hf_config": {
+                "model_type": "llama",
+                "hidden_size": 256,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 512,
+                "vocab_size": 1000,
+            }
+        },
+        "sequence_length": 64,
+        "finetuning": {"method": "lora"},
+    },
+    {
+        "model": {
+            "architecture": {
+                "vocab_size": 512,
+                "hidden_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 256,
+            }
+        },
+        "sequence_length": 32,
+    },
 ]
 
 
@@ -180,8 +205,21 @@ flag_values = st.one_of(
         lambda t: "\x00" not in t
     ),
 )
-FLAGS = ["--mbs", "--seq-len", "--gpus", "--tp", "--zero", "--lora", "--gpu", "--gpu-memory-gib", "--headroom",
-         "--precision", "--lora-targets", "--preset", "--bogus"]
+FLAGS = [
+    "--mbs",
+    "--seq-len",
+    "--gpus",
+    "--tp",
+    "--zero",
+    "--lora",
+    "--gpu",
+    "--gpu-memory-gib",
+    "--headroom",
+    "--precision",
+    "--lora-targets",
+    "--preset",
+    "--bogus",
+]
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -141,6 +141,7 @@ def strict_fields(model: type[FrozenModel], data: Any) -> None:
             names = " or ".join(dict.fromkeys(_TYPE_NAMES.get(kind, kind.__name__) for kind in allowed))
             raise FieldError(name, f"expected {names}, got {describe_value(value)}")
 
+
 # --------------------------------------------------------------------------- model
 
 
@@ -195,7 +196,9 @@ def _read_architecture(config: Any) -> Architecture:
     except ValueError:
         raise
     except (TypeError, KeyError, AttributeError, IndexError, OverflowError, ArithmeticError) as error:
-        raise ValueError(f"config.json has a field of the wrong type or value ({type(error).__name__}: {error})") from None
+        raise ValueError(
+            f"config.json has a field of the wrong type or value ({type(error).__name__}: {error})"
+        ) from None
 
 
 class ArchitectureModel(StrictModel):
@@ -503,7 +506,9 @@ def _parse_layer_range(text: str) -> range:
 class CustomGPU(StrictModel):
     """A GPU not in the catalog, by its memory."""
 
-    name: str = Field(default="custom", description=f"Shown in the report: printable, at most {limits.NAME_CHARS} characters.")
+    name: str = Field(
+        default="custom", description=f"Shown in the report: printable, at most {limits.NAME_CHARS} characters."
+    )
     memory_gib: GPUMemoryGiB = Field(description=limits.GPU_MEMORY_GIB.describe())
 
     @field_validator("name")

@@ -9,8 +9,13 @@ from urllib.parse import quote
 import pytest
 from browser_helpers import ENGINE_TIMEOUT_MS, page_numbers, setup_json, wait_computed, wait_engine_ready
 
-ARCHITECTURE = {"vocab_size": 1000, "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
-                "intermediate_size": 512}
+ARCHITECTURE = {
+    "vocab_size": 1000,
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 512,
+}
 
 DEEP_CONFIG = '{"model_type": "llama", "x": ' + "[" * 200 + "]" * 200 + "}"
 
@@ -92,7 +97,10 @@ def test_a_hostile_hash_on_first_load_leaves_the_page_working(page, guard, site_
 
 
 HOSTILE_CONFIGS = [
-    ({"model_type": "gpt2", "n_embd": {"a": 1}}, ""),  # today a reader's TypeError, named after the lead's typed readers
+    (
+        {"model_type": "gpt2", "n_embd": {"a": 1}},
+        "",
+    ),  # today a reader's TypeError, named after the lead's typed readers
     ({"model_type": "llama", "num_hidden_layers": 10**9}, "too large"),
     ({"model_type": "llama", "attention_dropout": [0.0]}, ""),
     ({"model_type": "llama", "_name_or_path": "\ud800"}, "surrogate"),  # a lone surrogate escape
@@ -124,8 +132,14 @@ def test_a_hostile_pasted_config_gets_an_inline_message(page, guard, site_url):
     textarea.fill("\u0000\ufffe not json")
     error.wait_for()
     assert "not valid JSON" in error.text_content()
-    valid = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
-             "num_hidden_layers": 2, "num_attention_heads": 4}
+    valid = {
+        "model_type": "llama",
+        "vocab_size": 1000,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+    }
     textarea.fill(json.dumps(valid))
     assert wait_computed(page)["model"] == {"hf_config": valid}
     assert _inline_messages(page) == []
@@ -138,6 +152,9 @@ def test_a_quoted_boolean_in_the_hash_is_not_read_as_true(page, guard, site_url)
     changed hash goes through the form, whose checkbox takes any non-empty text as checked."""
     page.goto(site_url)
     wait_engine_ready(page)
-    _go(page, "model.preset=llama-2-7b&parallelism.num_gpus=2&parallelism.tensor_parallel_size=2"
-              "&parallelism.sequence_parallel=%22false%22")
+    _go(
+        page,
+        "model.preset=llama-2-7b&parallelism.num_gpus=2&parallelism.tensor_parallel_size=2"
+        "&parallelism.sequence_parallel=%22false%22",
+    )
     assert setup_json(page).get("parallelism", {}).get("sequence_parallel") is not True
