@@ -198,7 +198,8 @@ def test_checkpointing_costs_at_most_one_hidden_state_when_the_embedding_trains(
     """When the peak comes at the very end of backward (gradients or the optimizer outweigh the
     activations), full checkpointing can exceed none: at layer 0's backward the checkpoint still
     holds the layer's input next to the recomputed layer. With the embedding training (full
-    fine-tuning, embeddings not frozen) that costs at most one hidden state."""
+    fine-tuning, embeddings not frozen) that costs at most one hidden state; with a frozen input
+    it can cost more (measured, see the next test)."""
     setup = {**setup, "activation_checkpointing": "none", "finetuning": {"method": "full"}}
     assume(valid(setup))
     none = estimate(setup)
@@ -207,44 +208,41 @@ def test_checkpointing_costs_at_most_one_hidden_state_when_the_embedding_trains(
         assert checkpointed.peak_allocated_bytes <= none.peak_allocated_bytes + hidden_state_bytes(none)
 
 
-FROZEN_INPUT_CASES = [
-    {
-        "model": {
-            "architecture": {
-                "vocab_size": 1000,
-                "hidden_size": 256,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
-                "intermediate_size": 128,
-            }
-        },
-        "sequence_length": 64,
-        "precision": "bf16-pure",
-        "optimizer": "sgd",
-        "finetuning": {"frozen": ["embeddings"]},
-        "runtime": {"device": "cpu"},
+MEASURED_LORA = {
+    "model": {
+        "hf_config": {
+            "model_type": "llama",
+            "vocab_size": 1000,
+            "hidden_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+        }
     },
-    {
-        "model": "gemma-2-2b",
-        "sequence_length": 64,
-        "precision": "fp32",
-        "optimizer": "adamw-8bit",
-        "attention": "eager",
-        "finetuning": {"method": "qlora", "lora": {"r": 256, "target_modules": "all-linear"}},
-        "runtime": {"device": "cpu"},
-    },
-]
+    "micro_batch_size": 1,
+    "sequence_length": 64,
+    "precision": "fp32",
+    "optimizer": "sgd",
+    "finetuning": {"method": "lora", "lora": {"r": 256}},
+    "runtime": {"device": "cpu"},
+}
+MEASURED_PEAK_BYTES = {"none": 9_262_860, "full": 9_624_076}
+"""``trainmem measure`` (PyTorch 2.13 CPU, transformers 5.24, PEFT 0.21) of MEASURED_LORA with
+activation_checkpointing none and full: checkpointing costs 361,216 bytes (5.5 hidden states)."""
 
 
-@pytest.mark.xfail(reason="checkpointing when the layers' input needs no grad (lead: simulate.py)", strict=False)
-@pytest.mark.parametrize("setup", FROZEN_INPUT_CASES, ids=["frozen-embeddings", "qlora"])
-def test_checkpointing_with_a_frozen_embedding_costs_at_most_one_hidden_state(setup):
-    """Today the model predicts 2 to 5 hidden states more under full checkpointing when the
-    layers' input does not require grad (frozen embeddings, LoRA, QLoRA). Found by the fuzz; not
-    measured (`trainmem measure` cannot run frozen groups yet). Reported to the lead."""
-    none = estimate({**setup, "activation_checkpointing": "none"})
-    full = estimate({**setup, "activation_checkpointing": "full"})
-    assert full.peak_allocated_bytes <= none.peak_allocated_bytes + hidden_state_bytes(none)
+def test_checkpointing_can_cost_more_when_the_layers_input_needs_no_grad():
+    """With LoRA (or frozen embeddings) the layers' input needs no grad, and when the peak comes at
+    the end of backward full checkpointing can cost several hidden states more than none: measured,
+    not a modelling error. The fuzz found such cases; this one was measured, and the simulation
+    matches both runs within 1%. (Frozen embedding groups behave alike in the model; `trainmem
+    measure` cannot run frozen groups yet.)"""
+    none = estimate({**MEASURED_LORA, "activation_checkpointing": "none"})
+    full = estimate({**MEASURED_LORA, "activation_checkpointing": "full"})
+    for report, measured in ((none, MEASURED_PEAK_BYTES["none"]), (full, MEASURED_PEAK_BYTES["full"])):
+        assert abs(report.peak_allocated_bytes - measured) <= 0.01 * measured
+    assert full.peak_allocated_bytes > none.peak_allocated_bytes + hidden_state_bytes(none)
+    assert MEASURED_PEAK_BYTES["full"] > MEASURED_PEAK_BYTES["none"] + hidden_state_bytes(none)
 
 
 @pytest.mark.xfail(reason="LoRA adapters under sequence parallelism (lead: layers.py)", strict=False)
