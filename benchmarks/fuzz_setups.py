@@ -25,6 +25,7 @@ Exit status 1 when any case crashed or hung (the first few are printed with thei
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import random
@@ -316,7 +317,14 @@ SETUP_PATHS = [
 ARCHITECTURE_HOSTILE_SIZES = [0, 3, 7, 10**6, 10**9, 2**40, 10**300]
 
 
+def _fresh(value: Any) -> Any:
+    """A copy of a hostile value: the catalogue's dicts and lists must never be shared (a later
+    mutation would change the catalogue, or make a case contain itself)."""
+    return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+
+
 def _set(setup: dict[str, Any], path: str, value: Any) -> None:
+    value = _fresh(value)
     node = setup
     keys = path.split(".")
     for key in keys[:-1]:
@@ -330,7 +338,7 @@ def hostile(rng: random.Random) -> Any:
     """A valid-looking setup with one to three hostile changes, or a hostile document outright."""
     roll = rng.random()
     if roll < 0.03:
-        return rng.choice(HOSTILE_VALUES)  # not even an object
+        return _fresh(rng.choice(HOSTILE_VALUES))  # not even an object
     setup = valid_looking(rng)
     for _ in range(rng.randint(1, 3)):
         kind = rng.random()
@@ -338,11 +346,11 @@ def hostile(rng: random.Random) -> Any:
             _set(setup, rng.choice(SETUP_PATHS), rng.choice(HOSTILE_VALUES))
         elif kind < 0.7:  # a config.json with wrong-typed or absurd fields
             config = dict(presets()[rng.choice(sorted(presets()))].config)
-            config[rng.choice(HF_FIELDS)] = rng.choice(HOSTILE_VALUES + ARCHITECTURE_HOSTILE_SIZES)
+            config[rng.choice(HF_FIELDS)] = _fresh(rng.choice(HOSTILE_VALUES + ARCHITECTURE_HOSTILE_SIZES))
             setup["model"] = {"hf_config": config}
         elif kind < 0.85:  # an explicit architecture with absurd sizes
             arch = _architecture(rng)
-            arch[rng.choice(list(arch))] = rng.choice(ARCHITECTURE_HOSTILE_SIZES + HOSTILE_VALUES[:20])
+            arch[rng.choice(list(arch))] = _fresh(rng.choice(ARCHITECTURE_HOSTILE_SIZES + HOSTILE_VALUES[:20]))
             setup["model"] = {"architecture": arch}
         else:  # parallel degrees that do not divide the model
             _set(setup, "parallelism.num_gpus", 4096)
@@ -371,6 +379,14 @@ def _materialise(value: Any) -> Any:
     if isinstance(value, list):
         return [_materialise(v) for v in value]
     return value
+
+
+def _shown(case: Any) -> str:
+    """The start of a case's JSON text, for a report line."""
+    try:
+        return _json_text(case)[:400]
+    except (RecursionError, TypeError, ValueError):
+        return repr(case)[:400]
 
 
 def _json_text(value: Any) -> str:
@@ -512,9 +528,7 @@ def fuzz(cases: int, seed: int, bound_seconds: float, interrupt_seconds: float, 
                 figures.slowest_seconds = max(figures.slowest_seconds, outcome.seconds)
                 if outcome.cpu_seconds > figures.slowest_cpu_seconds:
                     figures.slowest_cpu_seconds = outcome.cpu_seconds
-                    figures.slowest_case = (
-                        f"#{index} {shell}: {_json_text(case)[:300] if not isinstance(case, float) else case}"
-                    )
+                    figures.slowest_case = f"#{index} {shell}: {_shown(case)[:300]}"
                 if outcome.kind in ("crash", "hang") and len(figures.failures) < 50:
                     figures.failures.append(
                         {
@@ -522,7 +536,7 @@ def fuzz(cases: int, seed: int, bound_seconds: float, interrupt_seconds: float, 
                             "shell": shell,
                             "kind": outcome.kind,
                             "detail": outcome.detail,
-                            "case": _json_text(case)[:400] if not isinstance(case, float) else repr(case),
+                            "case": _shown(case),
                         }
                     )
     finally:
