@@ -114,30 +114,163 @@ def model_state_bytes(report: trainmem.Report) -> int:
     return timeline.parameters[index] + timeline.gradients[index] + timeline.optimizer_states[index]
 
 
+def persistent_bytes(report: trainmem.Report) -> int:
+    """ZeRO-3's parameters below stage3_param_persistence_threshold, kept gathered on every rank."""
+    return sum(part.bytes for part in report.parts if part.name == "persistent gathered parameters")
+
+
+def zero(setup: dict, num_gpus: int, stage: int) -> dict:
+    return {**setup, "parallelism": {"num_gpus": num_gpus, "strategy": "zero", "zero_stage": stage}}
+
+
 @SETTINGS
-@given(base_setups, st.sampled_from([1, 2]), st.sampled_from([2, 4, 8, 16]))
-def test_model_states_never_grow_with_zero_stage_or_gpus(setup, stage, num_gpus):
-    # From stage 1 on: stage 0 → 1 can grow them, because DeepSpeed ZeRO builds an fp32 copy of the
-    # rank's partition whatever the model's dtype (measured: zero1-llama-7m-fp32-w2), which an
-    # optimizer with little state (SGD) does not pay back on few ranks.
-    setup = {**setup, "parallelism": {"num_gpus": num_gpus, "strategy": "zero", "zero_stage": stage}}
-    assume(valid(setup))
-    higher_stage = {**setup, "parallelism": {**setup["parallelism"], "zero_stage": stage + 1}}
-    more_gpus = {**setup, "parallelism": {**setup["parallelism"], "num_gpus": num_gpus * 2}}
-    states = model_state_bytes(estimate(setup))
-    assert model_state_bytes(estimate(higher_stage)) <= states
-    assert model_state_bytes(estimate(more_gpus)) <= states
+@given(base_setups, st.sampled_from([1]), st.sampled_from([1, 2, 4, 8, 16]))
+def test_model_states_never_grow_from_zero_stage_1_to_2(setup, stage, num_gpus):
+    """Not from stage 0 to 1: DeepSpeed ZeRO builds an fp32 copy of the rank's partition whatever the
+    model's dtype (measured: zero1-llama-7m-fp32-w2), which an optimizer with little state (SGD) does
+    not pay back on few ranks."""
+    assume(valid(zero(setup, num_gpus, stage)) and valid(zero(setup, num_gpus, stage + 1)))
+    assert model_state_bytes(estimate(zero(setup, num_gpus, stage + 1))) <= model_state_bytes(
+        estimate(zero(setup, num_gpus, stage))
+    )
+
+
+@SETTINGS
+@given(base_setups, st.sampled_from([1, 2, 4, 8, 16]))
+def test_zero_3_saves_all_but_its_persistent_parameters(setup, num_gpus):
+    """Stage 3 shards the weights, but DeepSpeed keeps parameters under
+    stage3_param_persistence_threshold gathered on every rank (deepspeed/runtime/zero/
+    partition_parameters.py): the model states of stage 3, less those persistent copies, never
+    exceed stage 2's. With a data-parallel size of 1 nothing is sharded, so stage 3 holds *more*
+    than stage 2 (those persistent copies), which is right, not a bug."""
+    stage_2, stage_3 = zero(setup, num_gpus, 2), zero(setup, num_gpus, 3)
+    assume(valid(stage_2) and valid(stage_3))
+    two, three = estimate(stage_2), estimate(stage_3)
+    assert model_state_bytes(three) - persistent_bytes(three) <= model_state_bytes(two)
+    if three.resolved.data_parallel_size == 1:
+        assert model_state_bytes(three) >= model_state_bytes(two)
+
+
+@SETTINGS
+@given(base_setups, st.sampled_from([0, 1, 2]), st.sampled_from([2, 4, 8]))
+def test_model_states_never_grow_with_more_gpus(setup, stage, num_gpus):
+    assume(valid(zero(setup, num_gpus, stage)) and valid(zero(setup, num_gpus * 2, stage)))
+    assert model_state_bytes(estimate(zero(setup, num_gpus * 2, stage))) <= model_state_bytes(
+        estimate(zero(setup, num_gpus, stage))
+    )
+
+
+def hidden_state_bytes(report: trainmem.Report) -> int:
+    """One residual-stream tensor on this rank: b · s/cp (/tp under sequence parallelism) · h."""
+    from trainmem.plan import Plan
+    from trainmem.tape import DTYPE_BYTES
+
+    setup, arch = report.setup, report.setup.architecture()
+    parallel = setup.parallelism
+    tokens = setup.micro_batch_size * setup.sequence_length // parallel.context_parallel_size
+    if parallel.sequence_parallel:
+        tokens //= parallel.tensor_parallel_size
+    return tokens * arch.hidden_size * DTYPE_BYTES[Plan(setup).precision.stream_dtype]
+
+
+def _peak_at_the_end_of_backward(report: trainmem.Report) -> bool:
+    label = report.peak.label
+    return label.startswith(("layer 0 backward", "embedding backward")) or report.peak.phase in ("optimizer", "zero_grad")
 
 
 @SETTINGS
 @given(base_setups)
-def test_checkpointing_never_increases_the_peak(setup):
-    """Holds for models of two layers or more: with one layer, the kept input is pure overhead."""
+def test_checkpointing_never_increases_a_peak_that_activations_make(setup):
+    """When the peak without checkpointing comes before the backward of the first layer (the
+    usual case: saved activations at their largest), selective and full checkpointing never
+    raise it."""
     setup = {**setup, "activation_checkpointing": "none"}
     assume(valid(setup))
-    none = estimate(setup).peak_allocated_bytes
+    none = estimate(setup)
+    assume(not _peak_at_the_end_of_backward(none))
     for mode in ("selective", "full"):
-        assert estimate({**setup, "activation_checkpointing": mode}).peak_allocated_bytes <= none
+        assert estimate({**setup, "activation_checkpointing": mode}).peak_allocated_bytes <= none.peak_allocated_bytes
+
+
+@SETTINGS
+@given(base_setups)
+@example(  # FSDP on Mixtral: the peak is at layer 0's backward, the gradients nearly complete
+    {"model": "mixtral-8x7b", "optimizer": "sgd", "parallelism": {"num_gpus": 4, "strategy": "fsdp"}}
+)
+def test_checkpointing_costs_at_most_one_hidden_state_when_the_embedding_trains(setup):
+    """When the peak comes at the very end of backward (gradients or the optimizer outweigh the
+    activations), full checkpointing can exceed none: at layer 0's backward the checkpoint still
+    holds the layer's input next to the recomputed layer. With the embedding training (full
+    fine-tuning, embeddings not frozen) that costs at most one hidden state; with a frozen input
+    it can cost more (measured, see the next test)."""
+    setup = {**setup, "activation_checkpointing": "none", "finetuning": {"method": "full"}}
+    assume(valid(setup))
+    none = estimate(setup)
+    for mode in ("selective", "full"):
+        checkpointed = estimate({**setup, "activation_checkpointing": mode})
+        assert checkpointed.peak_allocated_bytes <= none.peak_allocated_bytes + hidden_state_bytes(none)
+
+
+MEASURED_LORA = {
+    "model": {
+        "hf_config": {
+            "model_type": "llama",
+            "vocab_size": 1000,
+            "hidden_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+        }
+    },
+    "micro_batch_size": 1,
+    "sequence_length": 64,
+    "precision": "fp32",
+    "optimizer": "sgd",
+    "finetuning": {"method": "lora", "lora": {"r": 256}},
+    "runtime": {"device": "cpu"},
+}
+MEASURED_PEAK_BYTES = {"none": 9_262_860, "full": 9_624_076}
+"""``trainmem measure`` (PyTorch 2.13 CPU, transformers 5.24, PEFT 0.21) of MEASURED_LORA with
+activation_checkpointing none and full: checkpointing costs 361,216 bytes (5.5 hidden states)."""
+
+
+def test_checkpointing_can_cost_more_when_the_layers_input_needs_no_grad():
+    """With LoRA (or frozen embeddings) the layers' input needs no grad, and when the peak comes at
+    the end of backward full checkpointing can cost several hidden states more than none: measured,
+    not a modelling error. The fuzz found such cases; this one was measured, and the simulation
+    matches both runs within 1%. (Frozen embedding groups behave alike in the model; `trainmem
+    measure` cannot run frozen groups yet.)"""
+    none = estimate({**MEASURED_LORA, "activation_checkpointing": "none"})
+    full = estimate({**MEASURED_LORA, "activation_checkpointing": "full"})
+    for report, measured in ((none, MEASURED_PEAK_BYTES["none"]), (full, MEASURED_PEAK_BYTES["full"])):
+        assert abs(report.peak_allocated_bytes - measured) <= 0.01 * measured
+    assert full.peak_allocated_bytes > none.peak_allocated_bytes + hidden_state_bytes(none)
+    assert MEASURED_PEAK_BYTES["full"] > MEASURED_PEAK_BYTES["none"] + hidden_state_bytes(none)
+
+
+@pytest.mark.parametrize("targets", [None, "all-linear"], ids=["q-v", "all-linear"])
+def test_lora_under_sequence_parallelism_saves_sharded_adapter_inputs(targets):
+    """PEFT's LoraParallelLinear (peft/tuners/lora/tp_layer.py, ``forward``) runs ``lora_A`` on the
+    module's own input ``x``: under Megatron sequence parallelism that is the sequence-sharded
+    tensor (s/tp rows; the ColumnParallelLinear base all-gathers internally and saves its shard),
+    cast to fp32 for the fp32 adapter. So LoRA saves at most full fine-tuning's activations plus
+    one fp32 copy of each adapted module's (sharded) input per layer. Today trainmem gives each
+    column-parallel adapter the all-gathered sequence (tp times larger): 4.5x the activations of
+    full fine-tuning for llama-2-7b, TP 8, all-linear."""
+    common = {
+        "model": "llama-2-7b",
+        "sequence_length": 4096,
+        "parallelism": {"num_gpus": 8, "tensor_parallel_size": 8, "sequence_parallel": True},
+    }
+    lora = {"method": "lora", "lora": {"r": 16} if targets is None else {"r": 16, "target_modules": targets}}
+    full = estimate({**common, "finetuning": {"method": "full"}})
+    adapted = estimate({**common, "finetuning": lora})
+    arch = full.setup.architecture()
+    tp, s, h = 8, 4096, arch.hidden_size
+    column_inputs = (2 if targets is None else 5) * 4 * (s // tp) * h  # q, v (or q, k, v, gate, up): fp32, sharded
+    row_inputs = 0 if targets is None else 4 * s * (h // tp + arch.intermediate_size // tp)  # o, down
+    bound = full.breakdown.activations + arch.num_hidden_layers * (column_inputs + row_inputs)
+    assert adapted.breakdown.activations <= bound
 
 
 @SETTINGS

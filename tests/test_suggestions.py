@@ -39,3 +39,39 @@ def test_how_many_gpus():
         count // 2 <= 1
         or not trainmem.estimate(merge_patch(report.setup.model_dump(mode="json"), smaller), suggestions=False).fit.fits
     )
+
+
+TINY = {
+    "vocab_size": 512,
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 256,
+}
+
+
+def _largest(report):
+    found = [s for s in report.suggestions if s.title.startswith("Micro-batch up to")]
+    return found[0].setup_patch["micro_batch_size"] if found else None
+
+
+def test_the_largest_micro_batch_is_found_past_the_last_doubling():
+    """From 3, doubling reaches 3072; the true largest lies between 3072 and the search's 4096."""
+    from trainmem.suggest import MAX_MICRO_BATCH
+
+    base = {"model": {"architecture": TINY}, "sequence_length": 256, "micro_batch_size": 3, "headroom_fraction": 0.0}
+    at = {size: trainmem.estimate({**base, "micro_batch_size": size}, suggestions=False) for size in (3600, 3601)}
+    memory_gib = at[3600].peak_total_bytes / 2**30 + 0.5 / 1024  # half a MiB above 3600's peak
+    assert at[3601].peak_total_bytes > round(memory_gib * 1024) * 2**20, "3601 must not fit for this test"
+    setup = {**base, "gpu": {"memory_gib": memory_gib}}
+    report = trainmem.estimate(setup)
+    assert _largest(report) == 3600 < MAX_MICRO_BATCH
+
+
+def test_the_largest_micro_batch_stops_at_the_search_limit():
+    from trainmem.suggest import MAX_MICRO_BATCH
+
+    setup = {"model": {"architecture": TINY}, "sequence_length": 16, "micro_batch_size": 3, "gpu": "b200"}
+    report = trainmem.estimate(setup)
+    assert _largest(report) == MAX_MICRO_BATCH
+    assert "stops at this size" in next(s.detail for s in report.suggestions if s.title.startswith("Micro-batch"))

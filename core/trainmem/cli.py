@@ -9,20 +9,22 @@
     trainmem measure ... / trainmem validate ...   (see their --help)
 
 Exit status: 0 on success, 1 when ``--fail-if-not-fit`` is given and the setup does not
-fit, 2 on bad input (with one line naming the field and what is allowed).
+fit, 2 on bad input (with one line naming the field and what is allowed), 3 on an internal
+error (one line too; ``TRAINMEM_DEBUG=1`` shows the traceback), 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Optional, Sequence
 
 from pydantic import ValidationError
 
 from .catalogs import gpus, optimizers, presets
-from .errors import one_line
+from .errors import one_line, printable
 from .files import read_json_file
 from .inputs.record import InputError
 from .patch import merge_patch
@@ -32,11 +34,42 @@ class _OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"trainmem {self.prog.split()[-1]}: error: {message}\n")
+        words = self.prog.split()
+        prog = "trainmem" if len(words) == 1 else f"trainmem {words[-1]}"
+        sys.stderr.write(f"{prog}: error: {printable(message)}\n")
         raise SystemExit(2)
 
 
+OneLineParser = _OneLineParser
+"""For the other subcommands' parsers (measure, validate)."""
+
+
+def _given_twice(parser: argparse.ArgumentParser, namespace: argparse.Namespace, action: argparse.Action) -> None:
+    """A flag given twice (``--mbs 2 --micro-batch-size 4``) is a conflict, not "the last one wins"."""
+    seen = namespace.__dict__.setdefault("_flags_given", set())
+    if action.dest in seen:
+        names = "/".join(action.option_strings) or action.dest
+        parser.error(f"argument {names}: given more than once")
+    seen.add(action.dest)
+
+
+class _StoreOnce(argparse._StoreAction):
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        if option_string is not None:
+            _given_twice(parser, namespace, self)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _StoreTrueOnce(argparse._StoreTrueAction):
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        _given_twice(parser, namespace, self)
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.register("action", None, _StoreOnce)
+    parser.register("action", "store", _StoreOnce)
+    parser.register("action", "store_true", _StoreTrueOnce)
     parser.add_argument(
         "files",
         nargs="*",
@@ -271,6 +304,17 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if args.fail_if_not_fit and not b.fit.fits else 0
 
 
+def _write(text: str) -> None:
+    """Print ``text``; a terminal that cannot show a character (``PYTHONIOENCODING=ascii``) gets a
+    replacement for it rather than a UnicodeEncodeError."""
+    try:
+        sys.stdout.write(text + "\n")
+    except UnicodeEncodeError:
+        encoding = sys.stdout.encoding or "ascii"
+        sys.stdout.write((text + "\n").encode(encoding, "replace").decode(encoding))
+    sys.stdout.flush()
+
+
 def _catalog(kind: str, as_json: bool) -> int:
     if kind == "presets":
         from .estimate import estimate  # noqa: F401  (parameter counts come from the inventory)
@@ -290,21 +334,21 @@ def _catalog(kind: str, as_json: bool) -> int:
                 }
             )
         if as_json:
-            print(json.dumps(rows, indent=2))
+            _write(json.dumps(rows, indent=2))
         else:
             for row in rows:
                 print(f"{row['name']:<20} {row['num_parameters']:>17,}  {row['display_name']}  ({row['hf_id']})")
     elif kind == "gpus":
         rows = [g.model_dump() | {"memory_bytes": g.memory_bytes} for g in gpus().values()]
         if as_json:
-            print(json.dumps(rows, indent=2))
+            _write(json.dumps(rows, indent=2))
         else:
             for g in gpus().values():
                 print(f"{g.name:<16} {g.memory_mib / 1024:>7.1f} GiB  {g.display_name}")
     else:
         rows = [o.model_dump(by_alias=True) for o in optimizers().values()]
         if as_json:
-            print(json.dumps(rows, indent=2))
+            _write(json.dumps(rows, indent=2))
         else:
             for o in optimizers().values():
                 print(f"{o.name:<18} {o.display_name}")
@@ -333,8 +377,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("measure", "validate"):
         return _delegate(argv[0], argv[1:])
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         if args.command == "estimate":
             return _estimate(args)
         if args.command == "compare":
@@ -342,30 +386,68 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "schema":
             from .setup import Setup
 
-            print(json.dumps(Setup.model_json_schema(), indent=2))
+            _write(json.dumps(Setup.model_json_schema(), indent=2))
             return 0
         return _catalog(args.command, args.json)
     except ValidationError as error:
-        sys.stderr.write(f"trainmem: error: {one_line(error)}\n")
-        return 2
-    except _InputError as error:
-        sys.stderr.write(f"trainmem: error: {error}\n")
-        return 2
+        return _fail(one_line(error))
     except InputError as error:  # a trainer file that cannot be read (names the file and the key)
-        sys.stderr.write(f"trainmem: error: {error}\n")
-        return 2
+        return _fail(str(error))
+    except (_InputError, ValueError) as error:  # a ValueError names what the simulator cannot model
+        return _fail(str(error))
+    except (RecursionError, MemoryError) as error:
+        return _fail(f"the input is too large or too deeply nested ({type(error).__name__})")
     except BrokenPipeError:
+        _silence_stdout()
         return 0
+    except KeyboardInterrupt:
+        sys.stderr.write("trainmem: interrupted\n")
+        return 130
+    except Exception as error:  # a bug in trainmem, not in the input: still one line, and a way to see more
+        if os.environ.get("TRAINMEM_DEBUG"):
+            raise
+        return _fail(
+            f"internal error ({type(error).__name__}: {error}); please report it with the command line "
+            "(TRAINMEM_DEBUG=1 shows the traceback)",
+            status=3,
+        )
+
+
+def _fail(message: str, status: int = 2) -> int:
+    sys.stderr.write(f"trainmem: error: {printable(message, 2000)}\n")
+    return status
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe (``trainmem presets | head -1``), the interpreter's final flush must not fail too."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _delegate(command: str, argv: list[str]) -> int:
-    if command == "measure":
-        from .measure.cli import main as measure_main
+    """``trainmem measure`` / ``validate``: their own parsers, the same one-line failures."""
+    try:
+        if command == "measure":
+            from .measure.cli import main as measure_main
 
-        return measure_main(argv)
-    from .validate import main as validate_main
+            return measure_main(argv)
+        from .validate import main as validate_main
 
-    return validate_main(argv)
+        return validate_main(argv)
+    except ValidationError as error:
+        return _fail(one_line(error))
+    except ValueError as error:
+        return _fail(str(error))
+    except KeyboardInterrupt:
+        sys.stderr.write("trainmem: interrupted\n")
+        return 130
+    except Exception as error:  # noqa: BLE001 - one line, as for estimate
+        if os.environ.get("TRAINMEM_DEBUG"):
+            raise
+        return _fail(f"internal error ({type(error).__name__}: {error}); TRAINMEM_DEBUG=1 shows the traceback", 3)
 
 
 if __name__ == "__main__":  # pragma: no cover

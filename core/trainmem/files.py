@@ -24,6 +24,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .errors import FieldError
+
 MAX_FILE_BYTES = 4 * 2**20
 """4 MiB: ten times the largest config.json of a released model (Llama-4's is ~12 KiB, tokenizer
 files are not read)."""
@@ -77,17 +79,21 @@ def decode_text(data: bytes, where: str) -> str:
 
 def check_limits(value: Any, where: str) -> Any:
     """Reject nesting deeper than :data:`MAX_NESTING_DEPTH`, over-long or unencodable strings, and
-    non-finite numbers, without recursion (a hostile document cannot exhaust the stack)."""
+    non-finite numbers, without recursion (a hostile document cannot exhaust the stack).
+
+    The error is a :class:`~trainmem.errors.FieldError` (a ValueError) whose ``field`` is the
+    dotted path of the offending value inside the document ("" for the top), so that a form can
+    show it next to that field."""
     stack: list[tuple[Any, int, str]] = [(value, 0, "")]
     while stack:
         item, depth, path = stack.pop()
         if isinstance(item, (dict, list)):
             if depth >= MAX_NESTING_DEPTH:
-                raise ValueError(f"{where}: nested deeper than {MAX_NESTING_DEPTH} levels at {path or 'the top'}")
+                raise FieldError(path, f"{where}: nested deeper than {MAX_NESTING_DEPTH} levels at {path or 'the top'}")
             if isinstance(item, dict):
                 for key, child in item.items():
                     if not isinstance(key, str):
-                        raise ValueError(f"{where}: key {key!r} at {path or 'the top'} is not a string")
+                        raise FieldError(path, f"{where}: key {key!r} at {path or 'the top'} is not a string")
                     _check_string(key, where, path)
                     stack.append((child, depth + 1, f"{path}.{key}" if path else key))
             else:
@@ -95,17 +101,19 @@ def check_limits(value: Any, where: str) -> Any:
         elif isinstance(item, str):
             _check_string(item, where, path)
         elif isinstance(item, float) and (item != item or item in (float("inf"), float("-inf"))):
-            raise ValueError(f"{where}: {path or 'the value'} is not a finite number")
+            raise FieldError(path, f"{where}: {path or 'the value'} is not a finite number")
     return value
 
 
 def _check_string(text: str, where: str, path: str) -> None:
     if len(text) > MAX_STRING_CHARS:
-        raise ValueError(f"{where}: a string at {path or 'the top'} is longer than {MAX_STRING_CHARS} characters")
+        raise FieldError(path, f"{where}: a string at {path or 'the top'} is longer than {MAX_STRING_CHARS} characters")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{where}: a string at {path or 'the top'} holds a lone surrogate (not valid Unicode)") from None
+        raise FieldError(
+            path, f"{where}: a string at {path or 'the top'} holds a lone surrogate (not valid Unicode)"
+        ) from None
 
 
 def parse_json_text(text: str, where: str) -> Any:

@@ -1,7 +1,13 @@
-"""The report as text for a terminal: breakdown by category and part, the peak, the verdict."""
+"""The report as text for a terminal: breakdown by category and part, the peak, the verdict.
+
+Rendering never fails on an accepted setup: names a user gave are refused at input when they
+hold unprintable characters (``trainmem.limits.check_name``), and each line is escaped once more
+here (:func:`trainmem.errors.printable`), so a terminal never receives a control sequence.
+"""
 
 from __future__ import annotations
 
+from .errors import printable
 from .report import CATEGORIES, RankReport, Report
 from .units import format_bytes
 
@@ -127,7 +133,11 @@ def render_report(report: Report) -> str:
             lines.append(f"  • {suggestion.title} — {suggestion.detail} [{mark}]")
     for warning in report.warnings:
         lines.append(f"Note: {warning}")
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(printable(line, _MAX_LINE_CHARS).rstrip() for line in lines)
+
+
+_MAX_LINE_CHARS = 4000
+"""Longer than any line of a report (the longest, the fit list, is a few hundred characters)."""
 
 
 # ---------------------------------------------------------------------------- CUDA memory

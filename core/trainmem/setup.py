@@ -10,11 +10,13 @@ parallel sizes.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import re
+import typing
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
+    AfterValidator,
+    ConfigDict,
     Discriminator,
     Field,
     NonNegativeFloat,
@@ -26,18 +28,129 @@ from pydantic import (
     model_validator,
 )
 
+from . import limits
 from ._base import FrozenModel
 from .architecture import Architecture
 from .catalogs import gpus, optimizers, presets
-from .errors import FieldError
+from .errors import FieldError, describe_value
 from .files import read_json_file
 from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
+from .limits import Bound
+
+# --------------------------------------------------------------------------- strict, bounded fields
+
+
+class StrictModel(FrozenModel):
+    """A Setup model that never coerces: ``"4"`` is not an integer and ``"false"`` is not a boolean.
+
+    pydantic's lax mode would read ``{"micro_batch_size": "4"}`` as 4 and ``"yes"`` as true; a
+    setup file or a URL that says so is more likely a mistake than an intent, so it is refused.
+    Integers are accepted where floats go (JSON does not distinguish ``1`` from ``1.0``).
+    """
+
+    model_config = ConfigDict(strict=True)
+
+
+def _bound_check(bound: Bound) -> AfterValidator:
+    def check(value: Any) -> Any:
+        if value > bound.maximum:
+            raise ValueError(f"{describe_value(value)} is too large; {bound.describe()}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _schema_bound(bound: Bound) -> dict[str, Any]:
+    return {"maximum": bound.maximum, "x-bound-reason": bound.reason}
+
+
+def bounded_int(bound: Bound, minimum: int = 1) -> Any:
+    """An integer from ``minimum`` to ``bound.maximum``, both stated in the schema."""
+    return Annotated[int, Field(gt=minimum - 1, json_schema_extra=_schema_bound(bound)), _bound_check(bound)]
+
+
+def bounded_float(bound: Bound, minimum: float = 0.0, exclusive: bool = True) -> Any:
+    """A finite number above (or from) ``minimum``, at most ``bound.maximum``."""
+    limit = Field(gt=minimum) if exclusive else Field(ge=minimum)
+    return Annotated[
+        float,
+        limit,
+        Field(allow_inf_nan=False, json_schema_extra=_schema_bound(bound)),
+        _bound_check(bound),
+    ]
+
+
+MicroBatchSize = bounded_int(limits.MICRO_BATCH)
+SequenceLength = bounded_int(limits.SEQUENCE)
+AccumulationSteps = bounded_int(limits.ACCUMULATION)
+LossChunks = bounded_int(limits.LOSS_CHUNKS)
+LoRARank = bounded_int(limits.LORA_RANK)
+ParameterCount = bounded_int(limits.NUM_PARAMETERS)
+GPUCount = bounded_int(limits.NUM_GPUS)
+ParallelSize = bounded_int(limits.PARALLEL_SIZE)
+GPUsPerNode = bounded_int(limits.GPUS_PER_NODE)
+GPUMemoryGiB = bounded_float(limits.GPU_MEMORY_GIB)
+MemoryMiB = bounded_float(limits.MEMORY_MIB)
+NonNegativeMemoryMiB = bounded_float(limits.MEMORY_MIB, exclusive=False)
+FiniteFraction = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def _reject_bool_and_float(value: Any) -> Any:
+    """Before a Literal of integers: pydantic accepts ``true`` for 1 and ``3.0`` for 3 even when strict."""
+    if isinstance(value, (bool, float)):
+        raise ValueError(f"expected an integer, got {describe_value(value)}")
+    return value
+
+
+def _allowed_types(annotation: Any) -> Optional[tuple[type, ...]]:
+    """The Python types a JSON value may have for a field of ``annotation``; None: not checked here."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _allowed_types(typing.get_args(annotation)[0])
+    if origin is Literal:
+        return tuple({type(value) for value in typing.get_args(annotation)})
+    if origin is Union:
+        found: list[type] = []
+        for argument in typing.get_args(annotation):
+            allowed = type(None) if argument is type(None) else _allowed_types(argument)
+            if allowed is None:
+                return None
+            found.extend(allowed if isinstance(allowed, tuple) else (allowed,))
+        return tuple(found)
+    if annotation is float:
+        return (int, float)
+    if annotation in (int, bool, str):
+        return (annotation,)
+    return None
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
+
+
+def strict_fields(model: type[FrozenModel], data: Any) -> None:
+    """Refuse a value of the wrong JSON type for ``model``'s fields (a string for an integer, a
+    number for a boolean) with a FieldError naming the field, instead of pydantic's coercion."""
+    if not isinstance(data, dict):
+        return
+    for name, value in data.items():
+        field = model.model_fields.get(name)
+        allowed = _allowed_types(field.annotation) if field is not None else None
+        if allowed is None:
+            continue
+        if isinstance(value, bool) and bool not in allowed:
+            ok = False
+        else:
+            ok = isinstance(value, allowed)
+        if not ok:
+            names = " or ".join(dict.fromkeys(_TYPE_NAMES.get(kind, kind.__name__) for kind in allowed))
+            raise FieldError(name, f"expected {names}, got {describe_value(value)}")
+
 
 # --------------------------------------------------------------------------- model
 
 
-class PresetModel(FrozenModel):
+class PresetModel(StrictModel):
     """A model from trainmem's catalog of published models (``trainmem presets``)."""
 
     preset: str = Field(description="Preset name, e.g. llama-3-8b.")
@@ -55,7 +168,7 @@ class PresetModel(FrozenModel):
         return architecture_from_hf_config(presets()[self.preset].config)
 
 
-class HFConfigModel(FrozenModel):
+class HFConfigModel(StrictModel):
     """A Hugging Face config.json, given as its JSON object or as the path of the file."""
 
     hf_config: Union[dict[str, Any], str] = Field(description="config.json contents, or a path to the file.")
@@ -64,28 +177,54 @@ class HFConfigModel(FrozenModel):
     @classmethod
     def _readable_config(cls, value: Union[dict[str, Any], str]) -> dict[str, Any]:
         if isinstance(value, str):
-            value = _read_json_file(value)
-        architecture_from_hf_config(value)  # raises a ValueError that names what is wrong
+            value = _read_json_file(value)  # the file reader applies the same limits
+        else:
+            limits.check_free_form_json(value, "config.json")
+        if not isinstance(value, dict):
+            raise ValueError(f"a config.json must be a JSON object, got {describe_value(value)}")
+        model_type = value.get("model_type")
+        if model_type is not None and not isinstance(model_type, str):  # the key every reader dispatches on
+            raise FieldError("model_type", f"expected a string, got {describe_value(model_type)}")
+        _read_architecture(value)  # raises a ValueError that names what is wrong
         return value
 
     def architecture(self) -> Architecture:
         assert isinstance(self.hf_config, dict)
-        return architecture_from_hf_config(self.hf_config)
+        return _read_architecture(self.hf_config)
 
 
-class ArchitectureModel(FrozenModel):
+def _read_architecture(config: Any) -> Architecture:
+    """The config readers' Architecture; a reader that trips over a wrong-typed field (a list where
+    a string goes) is reported as a ValueError too, never as a TypeError with a traceback."""
+    try:
+        return architecture_from_hf_config(config)
+    except ValueError:
+        raise
+    except (TypeError, KeyError, AttributeError, IndexError, OverflowError, ArithmeticError) as error:
+        raise ValueError(
+            f"config.json has a field of the wrong type or value ({type(error).__name__}: {error})"
+        ) from None
+
+
+class ArchitectureModel(StrictModel):
     """A custom architecture, field by field."""
 
     architecture: Architecture
+
+    @field_validator("architecture", mode="before")
+    @classmethod
+    def _strict_architecture(cls, value: Any) -> Any:
+        strict_fields(Architecture, value)
+        return value
 
     def architecture_(self) -> Architecture:
         return self.architecture
 
 
-class ParameterCountModel(FrozenModel):
+class ParameterCountModel(StrictModel):
     """Only a parameter count: enough for model-state memory, not for activations."""
 
-    num_parameters: PositiveInt
+    num_parameters: ParameterCount = Field(description=limits.NUM_PARAMETERS.describe())
 
 
 def _read_json_file(path: str) -> dict[str, Any]:
@@ -157,7 +296,7 @@ PRECISION_HELP = {
 OptimizerImplementation = Literal["foreach", "for-loop", "fused"]
 
 
-class OptimizerConfig(FrozenModel):
+class OptimizerConfig(StrictModel):
     """The optimizer and the implementation of its step()."""
 
     name: str = Field(default="adamw", description="Optimizer name (trainmem optimizers lists them).")
@@ -180,10 +319,13 @@ class OptimizerConfig(FrozenModel):
 FSDPShardingStrategy = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
 
 
-class Parallelism(FrozenModel):
+class Parallelism(StrictModel):
     """How the run spreads over GPUs: data parallel (DDP, DeepSpeed ZeRO, FSDP) and model parallel sizes."""
 
-    num_gpus: PositiveInt = Field(default=1, description="GPUs in the run; data parallel size = num_gpus / (tp·pp·cp).")
+    num_gpus: GPUCount = Field(
+        default=1,
+        description="GPUs in the run; data parallel size = num_gpus / (tp·pp·cp). " + limits.NUM_GPUS.describe(),
+    )
     strategy: Literal["ddp", "zero", "fsdp", "megatron"] = Field(
         default="ddp",
         description="Data parallelism: PyTorch DDP, DeepSpeed ZeRO, PyTorch FSDP, or Megatron-Core's DDP with its "
@@ -199,21 +341,25 @@ class Parallelism(FrozenModel):
         description="DeepSpeed zero_optimization.stage: 1 shards optimizer states, 2 also gradients, 3 also weights.",
     )
     fsdp_sharding_strategy: FSDPShardingStrategy = "FULL_SHARD"
-    gpus_per_node: PositiveInt = Field(default=8, description="Shard group size of HYBRID_SHARD.")
+    gpus_per_node: GPUsPerNode = Field(
+        default=8, description="Shard group size of HYBRID_SHARD; " + limits.GPUS_PER_NODE.describe()
+    )
     offload_optimizer: bool = Field(default=False, description="Optimizer states (and master weights) in CPU memory.")
     offload_parameters: bool = Field(default=False, description="Weights in CPU memory (ZeRO-3 / FSDP only).")
-    tensor_parallel_size: PositiveInt = 1
-    pipeline_parallel_size: PositiveInt = 1
-    pipeline_virtual_stages: PositiveInt = Field(
+    tensor_parallel_size: ParallelSize = Field(default=1, description=limits.PARALLEL_SIZE.describe())
+    pipeline_parallel_size: ParallelSize = Field(default=1, description=limits.PARALLEL_SIZE.describe())
+    pipeline_virtual_stages: ParallelSize = Field(
         default=1,
         description="Megatron virtual_pipeline_model_parallel_size: model chunks per pipeline rank (interleaved 1F1B); "
         "1: the plain 1F1B schedule.",
     )
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tensor parallel).")
-    context_parallel_size: PositiveInt = 1
-    expert_parallel_size: PositiveInt = 1
-    bucket_size_mib: PositiveFloat = Field(
-        default=25.0, description="DDP bucket_cap_mb / DeepSpeed reduce_bucket_size (converted to MiB)."
+    context_parallel_size: ParallelSize = Field(default=1, description=limits.PARALLEL_SIZE.describe())
+    expert_parallel_size: ParallelSize = Field(default=1, description=limits.PARALLEL_SIZE.describe())
+    bucket_size_mib: MemoryMiB = Field(
+        default=25.0,
+        description="DDP bucket_cap_mb / DeepSpeed reduce_bucket_size (converted to MiB); "
+        + limits.MEMORY_MIB.describe(),
     )
     zero_reduce_bucket_size: PositiveInt = Field(
         default=500_000_000,
@@ -260,6 +406,8 @@ class Parallelism(FrozenModel):
         description="megatron: Megatron-Core TP (vocabulary-parallel embedding and loss); dtensor: PyTorch "
         "parallelize_module with colwise/rowwise plans (torchtitan, transformers tp_plan).",
     )
+
+    _integer_stage = field_validator("zero_stage", mode="before")(_reject_bool_and_float)
 
     @model_validator(mode="before")
     @classmethod
@@ -316,30 +464,34 @@ class Parallelism(FrozenModel):
 LINEAR_TARGET_ALL = "all-linear"
 
 
-class LoRAConfig(FrozenModel):
+class LoRAConfig(StrictModel):
     """PEFT LoraConfig fields that change memory."""
 
-    r: PositiveInt = Field(default=16, description="LoRA rank.")
+    r: LoRARank = Field(default=16, description="LoRA rank; " + limits.LORA_RANK.describe())
     target_modules: Optional[Union[list[str], Literal["all-linear"]]] = Field(
         default=None,
         description="Module names (matched by suffix, as PEFT does) or 'all-linear'. "
         "Default: PEFT's default for the model type (q_proj and v_proj for Llama-style models; PEFT has none "
         "for some families, which then need target_modules).",
     )
-    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on each adapter's input.")
+    lora_dropout: FiniteFraction = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on each adapter's input.")
 
     @field_validator("target_modules")
     @classmethod
     def _non_empty(cls, value: Optional[Union[list[str], str]]) -> Optional[Union[list[str], str]]:
         if isinstance(value, list) and not value:
             raise ValueError("target_modules must name at least one module, or be 'all-linear'")
+        if isinstance(value, list):
+            _check_module_names(value, "target_modules")
         return value
 
 
-class QuantizationConfig(FrozenModel):
+class QuantizationConfig(StrictModel):
     """bitsandbytes BitsAndBytesConfig for the frozen base of QLoRA."""
 
     bits: Literal[4, 8] = 4
+
+    _integer_bits = field_validator("bits", mode="before")(_reject_bool_and_float)
     quant_type: Literal["nf4", "fp4"] = Field(default="nf4", description="bnb_4bit_quant_type.")
     double_quant: bool = Field(default=True, description="bnb_4bit_use_double_quant.")
     compute_dtype: Literal["bf16", "fp16", "fp32"] = Field(default="bf16", description="bnb_4bit_compute_dtype.")
@@ -348,7 +500,7 @@ class QuantizationConfig(FrozenModel):
 FREEZABLE_GROUPS = ("embeddings", "attention", "mlp", "norms", "lm_head")
 
 
-class Finetuning(FrozenModel):
+class Finetuning(StrictModel):
     """Which parameters train: all of them, some of them, or low-rank adapters on a frozen base."""
 
     method: Literal["full", "lora", "qlora"] = "full"
@@ -363,6 +515,7 @@ class Finetuning(FrozenModel):
     @field_validator("frozen")
     @classmethod
     def _known_groups(cls, names: list[str]) -> list[str]:
+        _check_module_names(names, "frozen")
         for name in names:
             if name in FREEZABLE_GROUPS:
                 continue
@@ -373,13 +526,29 @@ class Finetuning(FrozenModel):
         return names
 
 
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*|layers:[0-9]+(-[0-9]+)?")
+"""A module name as PEFT matches it (``q_proj``, ``self_attn.o_proj``), or a frozen layer range."""
+
+
+def _check_module_names(names: list[str], field: str) -> None:
+    if len(names) > limits.LIST_ITEMS:
+        raise ValueError(f"{field} lists {len(names):,} entries; at most {limits.LIST_ITEMS} allowed")
+    for name in names:
+        if len(name) > limits.MODULE_NAME_CHARS or not _MODULE_NAME.fullmatch(name):
+            raise ValueError(
+                f"{describe_value(name)} is not a module name (letters, digits, '_' and '.', "
+                f"at most {limits.MODULE_NAME_CHARS} characters)"
+            )
+
+
+_LAYER_RANGE = re.compile(r"layers:([0-9]{1,6})(?:-([0-9]{1,6}))?")
+
+
 def _parse_layer_range(text: str) -> range:
-    spec = text.removeprefix("layers:")
-    try:
-        first, _, last = spec.partition("-")
-        start, stop = int(first), int(last or first)
-    except ValueError:
-        raise ValueError(f"layer range {text!r} must look like 'layers:0-15'") from None
+    found = _LAYER_RANGE.fullmatch(text)
+    if found is None:
+        raise ValueError(f"layer range {describe_value(text)} must look like 'layers:0-15'")
+    start, stop = int(found.group(1)), int(found.group(2) or found.group(1))
     if start < 0 or stop < start:
         raise ValueError(f"layer range {text!r} must go from a lower to a higher layer index")
     return range(start, stop + 1)
@@ -388,11 +557,18 @@ def _parse_layer_range(text: str) -> range:
 # --------------------------------------------------------------------------- hardware
 
 
-class CustomGPU(FrozenModel):
+class CustomGPU(StrictModel):
     """A GPU not in the catalog, by its memory."""
 
-    name: str = "custom"
-    memory_gib: PositiveFloat
+    name: str = Field(
+        default="custom", description=f"Shown in the report: printable, at most {limits.NAME_CHARS} characters."
+    )
+    memory_gib: GPUMemoryGiB = Field(description=limits.GPU_MEMORY_GIB.describe())
+
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, name: str) -> str:
+        return limits.check_name(name, "name")
 
 
 def _check_gpu_name(name: str) -> str:
@@ -405,16 +581,16 @@ def _check_gpu_name(name: str) -> str:
 GPUChoice = Union[Annotated[str, Field(description="A GPU of the catalog (trainmem gpus).")], CustomGPU]
 
 
-class Runtime(FrozenModel):
+class Runtime(StrictModel):
     """Details of the software stack that change memory, for replaying a measured run faithfully."""
 
     device: Literal["cuda", "cpu"] = Field(
         default="cuda", description="cuda for GPU runs; cpu replays a CPU measurement (no CUDA context, CPU autocast)."
     )
-    cuda_context_mib: Optional[NonNegativeFloat] = Field(
+    cuda_context_mib: Optional[NonNegativeMemoryMiB] = Field(
         default=None,
         description="Memory the CUDA context takes outside PyTorch's allocator. Default: by GPU architecture "
-        "(data/cuda_overheads.json).",
+        "(data/cuda_overheads.json). " + limits.MEMORY_MIB.describe(),
     )
     cuda_alloc_conf: AllocConf = Field(
         default="",
@@ -459,16 +635,104 @@ class Runtime(FrozenModel):
     )
 
 
+# --------------------------------------------------------------------------- divisibility
+
+
+def _divides(part: int, whole: int) -> bool:
+    return whole % part == 0
+
+
+def check_divisibility(architecture: Architecture, setup: Setup) -> None:
+    """Every size a parallel degree splits must split evenly, as Megatron-LM asserts at start-up
+    (megatron/training/arguments.py, validate_args; megatron/core/transformer/transformer_config.py):
+    heads and query groups by TP, the MLP width (of each expert and of the shared expert) by TP,
+    experts by EP, the vocabulary by TP (Megatron pads it first: --make-vocab-size-divisible-by),
+    layers by PP, the sequence by CP, and each CP chunk by TP under sequence parallelism.
+    Raises a FieldError that names both fields."""
+    parallel = setup.parallelism
+    tp, pp, cp, ep = (
+        parallel.tensor_parallel_size,
+        parallel.pipeline_parallel_size,
+        parallel.context_parallel_size,
+        parallel.expert_parallel_size,
+    )
+    tp_field = "parallelism.tensor_parallel_size"
+
+    def need(ok: bool, field: str, message: str) -> None:
+        if not ok:
+            raise FieldError(field, message)
+
+    need(
+        _divides(tp, architecture.num_attention_heads),
+        tp_field,
+        f"{tp_field} ({tp}) must divide num_attention_heads ({architecture.num_attention_heads})",
+    )
+    kv_heads = architecture.kv_heads
+    need(
+        _divides(tp, kv_heads) or _divides(kv_heads, tp),
+        tp_field,
+        f"{tp_field} ({tp}) must divide num_key_value_heads ({kv_heads}), or be a multiple of it "
+        "(each key/value head then replicated on several ranks)",
+    )
+    need(
+        _divides(tp, architecture.intermediate_size),
+        tp_field,
+        f"{tp_field} ({tp}) must divide intermediate_size ({architecture.intermediate_size})"
+        + (" (the width of each expert)" if architecture.is_moe else ""),
+    )
+    if architecture.shared_expert_intermediate_size:
+        need(
+            _divides(tp, architecture.shared_expert_intermediate_size),
+            tp_field,
+            f"{tp_field} ({tp}) must divide shared_expert_intermediate_size "
+            f"({architecture.shared_expert_intermediate_size})",
+        )
+    need(
+        _divides(tp, architecture.vocab_size),
+        tp_field,
+        f"{tp_field} ({tp}) must divide vocab_size ({architecture.vocab_size}): the vocabulary is sharded; "
+        "Megatron pads it to a multiple of 128 × TP (--make-vocab-size-divisible-by), give the padded size",
+    )
+    need(
+        _divides(pp, architecture.num_hidden_layers),
+        "parallelism.pipeline_parallel_size",
+        f"parallelism.pipeline_parallel_size ({pp}) must divide num_hidden_layers ({architecture.num_hidden_layers})",
+    )
+    need(
+        ep == 1 or (architecture.is_moe and _divides(ep, architecture.num_experts)),
+        "parallelism.expert_parallel_size",
+        f"parallelism.expert_parallel_size ({ep}) needs a MoE model whose num_experts it divides"
+        + (f" (num_experts is {architecture.num_experts})" if architecture.is_moe else " (this model has no experts)"),
+    )
+    need(
+        _divides(cp, setup.sequence_length),
+        "sequence_length",
+        f"sequence_length ({setup.sequence_length}) must be a multiple of parallelism.context_parallel_size ({cp})",
+    )
+    if parallel.sequence_parallel:
+        chunk = setup.sequence_length // cp
+        need(
+            _divides(tp, chunk),
+            "sequence_length",
+            f"sequence_length ({setup.sequence_length}) / parallelism.context_parallel_size ({cp}) must be a multiple "
+            f"of {tp_field} ({tp}) under sequence parallelism",
+        )
+
+
 # --------------------------------------------------------------------------- setup
 
 
-class Setup(FrozenModel):
+class Setup(StrictModel):
     """Everything that decides the memory of one training step."""
 
     model: ModelSpec
-    micro_batch_size: PositiveInt = Field(default=1, description="Sequences per GPU per forward pass.")
-    sequence_length: PositiveInt = Field(default=2048, description="Tokens per sequence.")
-    gradient_accumulation_steps: PositiveInt = 1
+    micro_batch_size: MicroBatchSize = Field(
+        default=1, description="Sequences per GPU per forward pass; " + limits.MICRO_BATCH.describe()
+    )
+    sequence_length: SequenceLength = Field(
+        default=2048, description="Tokens per sequence; " + limits.SEQUENCE.describe()
+    )
+    gradient_accumulation_steps: AccumulationSteps = Field(default=1, description=limits.ACCUMULATION.describe())
     precision: Precision = "bf16-mixed"
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
@@ -482,11 +746,13 @@ class Setup(FrozenModel):
         description="standard: cross-entropy over the full fp32 logits; chunked: logits computed in chunks "
         "(torchtune CEWithChunkedOutputLoss, Liger fused linear cross-entropy).",
     )
-    loss_chunks: PositiveInt = Field(default=8, description="Chunks of the chunked loss (torchtune default 8).")
+    loss_chunks: LossChunks = Field(
+        default=8, description="Chunks of the chunked loss (torchtune default 8); " + limits.LOSS_CHUNKS.describe()
+    )
     parallelism: Parallelism = Field(default_factory=Parallelism)
     finetuning: Finetuning = Field(default_factory=Finetuning)
     gpu: GPUChoice = "a100-80gb"
-    headroom_fraction: float = Field(
+    headroom_fraction: FiniteFraction = Field(
         default=0.10, ge=0.0, lt=0.5, description="Memory to keep free for spikes and fragmentation (10–15% is usual)."
     )
     runtime: Runtime = Field(default_factory=Runtime)
@@ -510,33 +776,16 @@ class Setup(FrozenModel):
     def _consistent(self) -> Setup:
         architecture = self.architecture()
         parallel = self.parallelism
+        tokens = self.micro_batch_size * self.sequence_length
+        if tokens > limits.TOKENS_PER_MICRO_BATCH.maximum:
+            raise FieldError(
+                "micro_batch_size",
+                f"micro_batch_size × sequence_length = {tokens:,} tokens is too large; "
+                f"{limits.TOKENS_PER_MICRO_BATCH.describe()}",
+            )
         if architecture is not None:
-            if architecture.num_attention_heads % parallel.tensor_parallel_size:
-                raise FieldError(
-                    "parallelism.tensor_parallel_size",
-                    f"parallelism.tensor_parallel_size ({parallel.tensor_parallel_size}) must divide "
-                    f"num_attention_heads ({architecture.num_attention_heads})",
-                )
-            if architecture.num_hidden_layers % parallel.pipeline_parallel_size:
-                raise FieldError(
-                    "parallelism.pipeline_parallel_size",
-                    f"parallelism.pipeline_parallel_size ({parallel.pipeline_parallel_size}) must divide "
-                    f"num_hidden_layers ({architecture.num_hidden_layers})",
-                )
-            if parallel.expert_parallel_size > 1 and (
-                not architecture.is_moe or architecture.num_experts % parallel.expert_parallel_size
-            ):
-                raise FieldError(
-                    "parallelism.expert_parallel_size",
-                    f"parallelism.expert_parallel_size ({parallel.expert_parallel_size}) needs a MoE model whose "
-                    "num_experts it divides",
-                )
-            if self.sequence_length % parallel.context_parallel_size:
-                raise FieldError(
-                    "sequence_length",
-                    f"sequence_length ({self.sequence_length}) must be a multiple of "
-                    f"parallelism.context_parallel_size ({parallel.context_parallel_size})",
-                )
+            limits.check_architecture(architecture, self._architecture_field())
+            check_divisibility(architecture, self)
             for name in self.finetuning.frozen:
                 if name.startswith("layers:") and _parse_layer_range(name).stop > architecture.num_hidden_layers:
                     raise FieldError(
@@ -561,6 +810,11 @@ class Setup(FrozenModel):
                 f"must be at least pipeline_parallel_size ({parallel.pipeline_parallel_size})",
             )
         return self
+
+    def _architecture_field(self) -> str:
+        """Where the architecture's fields were given, for messages."""
+        kind = _model_kind(self.model) or "model"
+        return "model" if kind == "preset" else f"model.{kind}"
 
     def _check_lora_targets(self, architecture: Architecture) -> None:
         """PEFT refuses a LoraConfig whose target_modules match nothing, or that has no default targets."""

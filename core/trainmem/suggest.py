@@ -144,24 +144,32 @@ def _faster_candidates(setup: Setup) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def _largest_micro_batch(setup_json: dict[str, Any], report: Report) -> Optional[tuple[int, Report]]:
-    """The largest micro-batch that fits, searched by doubling then bisection."""
+    """The largest micro-batch up to :data:`MAX_MICRO_BATCH` that fits: doubling until one does
+    not fit (the last doubling step is capped at the maximum, so 3 → … → 3072 → 4096 is tried),
+    then bisection between the last that fits and the first that does not. A micro-batch the
+    Setup refuses (beyond its bounds) counts as not fitting. Exact when the peak grows with the
+    micro-batch, which tests/test_properties.py checks."""
     usable = report.fit.usable_bytes
+
+    def fitting(size: int) -> Optional[Report]:
+        trial = _try(setup_json, {"micro_batch_size": size})
+        return trial if trial is not None and trial.fit.required_bytes <= usable else None
+
     low, low_report = report.setup.micro_batch_size, report
-    high = None
-    candidate = low * 2
-    while candidate <= MAX_MICRO_BATCH:
-        trial = _try(setup_json, {"micro_batch_size": candidate})
-        if trial is None or trial.fit.required_bytes > usable:
+    high: Optional[int] = None  # the smallest size known not to fit
+    while low < MAX_MICRO_BATCH:
+        candidate = min(low * 2, MAX_MICRO_BATCH)
+        trial = fitting(candidate)
+        if trial is None:
             high = candidate
             break
         low, low_report = candidate, trial
-        candidate *= 2
     if high is None:
         return low, low_report
     while high - low > 1:
         middle = (low + high) // 2
-        trial = _try(setup_json, {"micro_batch_size": middle})
-        if trial is not None and trial.fit.required_bytes <= usable:
+        trial = fitting(middle)
+        if trial is not None:
             low, low_report = middle, trial
         else:
             high = middle
@@ -267,7 +275,8 @@ def suggest(setup: Setup, report: Report, limit: int = 5) -> list[Suggestion]:
                 Suggestion(
                     title=f"Micro-batch up to {size}",
                     detail=f"the largest micro-batch that fits {report.fit.gpu_display_name} with headroom "
-                    f"({format_bytes(trial.peak_total_bytes)})",
+                    f"({format_bytes(trial.peak_total_bytes)})"
+                    + (" — the search stops at this size" if size == MAX_MICRO_BATCH else ""),
                     setup_patch={"micro_batch_size": size},
                     peak_total_bytes=trial.peak_total_bytes,
                     fits=True,

@@ -219,7 +219,9 @@ def format_table(comparisons: Sequence[CaseComparison], summary: Summary) -> str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from .cli import OneLineParser
+
+    parser = OneLineParser(
         prog="trainmem validate",
         description="Compare trainmem.estimate with the committed measurements of real training steps.",
     )

@@ -4,7 +4,7 @@
 // setup object; it validates nothing itself: the core's messages are shown next to fields.
 
 import { COUPLINGS, GROUPS, hintFor, isAdvanced, labelFor } from "./hints.js";
-import { branches, clone, getPath, isAtomic, isFreeForm, isPlainObject, resolve, schemaAt, setPath } from "./setup.js";
+import { branches, clone, getPath, isAtomic, isFreeForm, isPlainObject, parseJson, resolve, schemaAt, setPath } from "./setup.js";
 
 const MODEL_MODES = {
   hf_config: "Your config.json…",
@@ -556,7 +556,7 @@ export class SetupForm {
 /** JSON typed into a text area; text that is not JSON becomes a message the core can't produce. */
 function parseJsonInput(text) {
   try {
-    return JSON.parse(text);
+    return parseJson(text);
   } catch (error) {
     return { $invalidJson: error.message };
   }

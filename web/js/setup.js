@@ -175,19 +175,48 @@ function encodeValue(value) {
 
 function decodeValue(text) {
   try {
-    return JSON.parse(text);
+    return parseJson(text);
   } catch {
     return text;
   }
 }
 
+const MAX_JSON_DEPTH = 32; // trainmem.files.MAX_NESTING_DEPTH: the core refuses deeper JSON anyway
+
+/**
+ * JSON.parse, refusing nesting deeper than the core accepts before parsing: the page's recursive
+ * helpers (clone, overlay, flatten) would otherwise overflow the stack on a hostile document.
+ */
+export function parseJson(text) {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i += 1) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92) i += 1; // backslash: skip the escaped character
+      else if (c === 34) inString = false;
+    } else if (c === 34) inString = true;
+    else if (c === 91 || c === 123) {
+      depth += 1;
+      if (depth > MAX_JSON_DEPTH) throw new SyntaxError(`nested deeper than ${MAX_JSON_DEPTH} levels`);
+    } else if (c === 93 || c === 125) depth -= 1;
+  }
+  return JSON.parse(text);
+}
+
 const KEEP = /[!'()*]/g; // encodeURIComponent leaves these; they are fine in a fragment too
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/** encodeURIComponent, which throws on a lone surrogate (a pasted "\ud800"): U+FFFD stands in. */
+function encodePart(text) {
+  return encodeURIComponent(String(text).replace(LONE_SURROGATE, "\uFFFD"));
+}
 
 export function encodeHash(minimal, root, extra = {}) {
   const pairs = flatten(minimal, root).map(([path, value]) => [path, encodeValue(value)]);
   for (const [key, value] of Object.entries(extra)) pairs.push([`_${key}`, value]);
   return pairs
-    .map(([key, value]) => `${encodeURIComponent(key)}=${encodeURIComponent(value).replace(KEEP, (c) => c)}`)
+    .map(([key, value]) => `${encodePart(key)}=${encodePart(value).replace(KEEP, (c) => c)}`)
     .join("&");
 }
 

@@ -28,7 +28,9 @@ from .record import Measurement
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from ..cli import OneLineParser
+
+    parser = OneLineParser(
         prog="trainmem measure",
         description="Run a real training step of a setup in PyTorch and count its memory by category.",
     )
@@ -55,8 +57,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if arguments.case:
         return _recheck(arguments)
     if not arguments.setup:
-        build_parser().print_usage(sys.stderr)
-        print("trainmem measure: give a setup, or --case ID", file=sys.stderr)
+        print("trainmem measure: error: give a setup, or --case ID", file=sys.stderr)
         return 2
     try:
         setup = _read_setup(arguments.setup)
@@ -127,11 +128,17 @@ def _recheck(arguments: argparse.Namespace) -> int:
 
 
 def _read_setup(text: str) -> dict:
+    """Inline JSON, ``-`` for stdin, or a file, each with the limits of :mod:`trainmem.files`."""
+    from ..files import MAX_FILE_BYTES, parse_json_text, read_json_file
+
     if text.lstrip().startswith("{"):
-        return json.loads(text)
+        return parse_json_text(text, "setup")
     if text == "-":
-        return json.loads(sys.stdin.read())
-    return json.loads(Path(text).read_text(encoding="utf-8"))
+        data = sys.stdin.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"setup on stdin is larger than the {MAX_FILE_BYTES // 2**20} MiB limit")
+        return parse_json_text(data, "setup on stdin")
+    return read_json_file(text, "setup file")
 
 
 def _emit(measurement: Measurement, arguments: argparse.Namespace) -> None:

@@ -28,9 +28,12 @@ def default_corpus_path(distributed: bool = False) -> Path:
 
 def load_corpus(path: Optional[Union[str, Path]] = None) -> list[Measurement]:
     """Every measurement in the corpus file (default: the packaged one), in file order."""
+    from ..files import read_text_file
+
     file = Path(path) if path is not None else default_corpus_path()
+    text = file.read_text(encoding="utf-8") if path is None else read_text_file(file, "corpus file")
     measurements = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
