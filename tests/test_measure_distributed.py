@@ -101,7 +101,7 @@ def test_setups_a_local_run_cannot_replay_are_refused():
     from trainmem.measure.distributed import check_distributed
     from trainmem.setup import Setup
 
-    base = {"model": {"preset": "gpt2"}, "runtime": {"device": "cpu"}}
+    base = {"model": {"preset": "tinyllama-1.1b"}, "runtime": {"device": "cpu"}}  # a vocabulary TP 2 divides
     with pytest.raises(ValueError, match="num_gpus"):
         check_distributed(Setup.model_validate({**base, "parallelism": {"num_gpus": 8}}))
     with pytest.raises(ValueError, match="tensor_parallel_flavor"):

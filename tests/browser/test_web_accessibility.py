@@ -18,10 +18,13 @@ def audit(page) -> list[str]:
     """Every violation as one line: rule, impact, and the first elements it names."""
     if not AXE.exists():
         pytest.skip("no web/node_modules/axe-core (cd web && npm ci)")
+    # Audit the settled page: while a compute runs the results (.stale) and the suggestions (.pending) are dimmed on purpose, which
+    # axe would report as low contrast.
+    page.wait_for_function("() => !document.querySelector('.stale, .pending')", timeout=180_000)
     page.evaluate(AXE.read_text(encoding="utf-8"))  # evaluated by the test, so the page's CSP does not apply
     result = page.evaluate("(tags) => axe.run(document, { runOnly: { type: 'tag', values: tags } })", TAGS)
     return [
-        f"{v['id']} ({v['impact']}): {v['help']} — " + "; ".join(" ".join(n["target"]) for n in v["nodes"][:4])
+        f"{v['id']} ({v['impact']}): {v['help']} — " + "; ".join(" ".join(n["target"]) + " " + n.get("html", "")[:160] for n in v["nodes"][:4])
         for v in result["violations"]
     ]
 

@@ -87,7 +87,7 @@ def test_pin_change_and_both_are_shown_like_the_cli(page, guard, context, site_u
     assert b_setup["parallelism"]["zero_stage"] == 3 and a_setup != b_setup
     shown = shown_comparison(page)
     assert shown == expected_comparison(cli_compare(a_setup, b_setup, tmp_path))
-    assert shown["changes"] == ["parallelism.zero_stage"]
+    assert "parallelism.zero_stage" in shown["changes"]  # and the defaults it implies (zero_overlap_comm)
     assert shown["peak_delta"] < 0  # ZeRO-3 shards the weights
     for chart in ("compare-categories", "compare-timeline"):
         canvas = page.locator(f'canvas[data-chart="{chart}"]')

@@ -61,7 +61,8 @@ function leafKind(schema, root) {
   const nullable = options.length > nonNull.length;
   const main = nonNull.length === 1 ? nonNull[0] : schema;
   if (main.enum) return { kind: "select", values: main.enum, nullable };
-  if (main.type === "boolean") return { kind: "checkbox", nullable };
+  // A nullable boolean (null: the framework's own default) needs three states: Default, true, false.
+  if (main.type === "boolean") return nullable ? { kind: "select", values: [true, false], nullable } : { kind: "checkbox", nullable };
   if (main.type === "integer" || main.type === "number") return { kind: "number", integer: main.type === "integer", nullable, schema: main };
   const isList = (s) => s.type === "array" && (!s.items || s.items.type === "string");
   const constant = nonNull.find((branch) => branch.const !== undefined);

@@ -183,7 +183,8 @@ export function renderReport(container, report, ctx = {}) {
 
 function renderBreakdownTable(container, report) {
   const doc = container.ownerDocument;
-  const section = part(container, "breakdown", "section", { class: "card", "aria-labelledby": "breakdown-title" });
+  // tabindex: the table can scroll sideways on a narrow screen, and a scrollable region must take the keyboard focus.
+  const section = part(container, "breakdown", "section", { class: "card", "aria-labelledby": "breakdown-title", tabindex: "0" });
   const total = report.peak_total_bytes;
   const table = el(doc, "table", { class: "breakdown" }, [
     el(doc, "caption", { id: "breakdown-title", text: "Where the memory goes at the peak" }),

@@ -712,7 +712,10 @@ class CachingAllocator:
             index += 1
         page = SMALL_BUFFER_BYTES if pool.small else LARGE_BUFFER_BYTES
         total = self.settings.device_total_bytes
-        span = -(-(total + total // 8) // page) * page
+        # PyTorch reserves 1.125 × the device's memory of address space; a request larger than that would
+        # run out of memory there. The replay still needs a number (the setup does not fit anyway), so the
+        # span grows to hold the request.
+        span = -(-max(total + total // 8, size) // page) * page
         segment = _Segment(self._new_address(span), span, page)
         self._expandable.append(segment)
         block = Block(stream, span, pool.small, segment.base, segment)

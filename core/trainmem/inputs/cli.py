@@ -37,20 +37,20 @@ def run_estimate(args: argparse.Namespace, setup_from_arguments: Callable, flag_
         _notes(notes)
     else:
         if args.json and keys is None:
-            print(report.model_dump_json(indent=2))  # as before trainer files: the report alone
+            _print(report.model_dump_json(indent=2))  # as before trainer files: the report alone
         elif args.json:
             data = json.loads(report.model_dump_json())
             data["inputs"] = keys.model_dump(mode="json")
-            print(json.dumps(data, indent=2, ensure_ascii=False))
+            _print(json.dumps(data, indent=2, ensure_ascii=False))
         else:
-            print(render_report(report))
+            _print(render_report(report))
             if applied:
-                print(f"\nApplied suggestion {args.apply}: {applied}")
+                _print(f"\nApplied suggestion {args.apply}: {applied}")
             if keys is not None:
                 from .render import render_key_report
 
-                print()
-                print(render_key_report(keys))
+                _print()
+                _print(render_key_report(keys))
         if emitted is not None:
             text, notes = emitted
             write_atomically(args.emit_to, text)
@@ -124,3 +124,10 @@ def _is_setup(name: str) -> bool:
         return True  # the setup reader reports the problem as before
     # trainer files name their model model_name_or_path / base_model; a "model" key is trainmem's own
     return detect_kind(data) in ("setup", None) or isinstance(data, dict) and "model" in data
+
+
+def _print(text: str = "") -> None:
+    """``print`` that survives a terminal which cannot encode the report (replacement characters)."""
+    from ..cli import _write
+
+    _write(text)
