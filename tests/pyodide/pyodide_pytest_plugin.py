@@ -32,3 +32,15 @@ def pytest_make_collect_report(collector: pytest.Collector):
             report.outcome = "skipped"
             report.longrepr = (str(collector.path), 0, f"Skipped: needs {missing[0]}, which Pyodide does not ship")
     return report
+
+
+HOST_ONLY = ("dev-zero", "test_fuzz_setups.py::")
+"""Tests that need the host operating system: a /dev/zero character device (Pyodide's file system
+has none), and the fuzz's CPU-time limits (signals and resource limits, which WebAssembly lacks)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="needs the host operating system (devices, signals), which Pyodide does not have")
+    for item in items:
+        if any(marker in item.nodeid for marker in HOST_ONLY):
+            item.add_marker(skip)
