@@ -148,6 +148,19 @@ class LayerProgram:
         tape.release(cast)
         return out
 
+    def rms_norm_product_in_fp32(self, module: str, x: Sym, rows: int, width: int) -> Sym:
+        """The RMSNorm of OLMo 2 and gpt-oss (``Olmo2RMSNorm.forward``, ``GptOssRMSNorm.forward``):
+        ``(weight * normalized).to(input_dtype)``: the weight multiplies the fp32 normalized tensor and the
+        product is cast back, where Llama casts first."""
+        tape = self.tape
+        normalized = self._normalize_in_fp32(x, rows)
+        product = tape.mul(self.parameter(module, width), normalized)
+        tape.release(normalized)
+        out = tape.to(product, x.dtype)
+        if out is not product:
+            tape.release(product)
+        return out
+
     # ------------------------------------------------------------------ linear layers
     def linear(
         self, module: str, x: Sym, in_features: int, out_features: int, bias: bool, saved_input: Optional[Sym] = None

@@ -135,14 +135,7 @@ class GptOssProgram(LayerProgram):
 
     def rms_norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
         """``GptOssRMSNorm``: ``(weight * normalized).to(input_dtype)`` (the product in fp32)."""
-        tape = self.tape
-        normalized = self._normalize_in_fp32(x, rows)
-        product = tape.mul(self.parameter(module, width), normalized)
-        tape.release(normalized)
-        out = tape.to(product, x.dtype)
-        if out is not product:
-            tape.release(product)
-        return out
+        return self.rms_norm_product_in_fp32(module, x, rows, width)
 
     def _rope(self, q: Sym) -> Sym:
         """``_apply_rotary_emb``: halves (views), ``cat((x1·cos − x2·sin, x2·cos + x1·sin))``; cos and sin

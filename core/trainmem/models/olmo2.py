@@ -30,14 +30,7 @@ OLMO2_DEFAULTS = dict(
 class Olmo2Program(LayerProgram):
     def rms_norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
         """``Olmo2RMSNorm.forward``: ``(weight * normalized).to(input_dtype)``."""
-        tape = self.tape
-        normalized = self._normalize_in_fp32(x, rows)
-        product = tape.mul(self.parameter(module, width), normalized)
-        tape.release(normalized)
-        out = tape.to(product, x.dtype)
-        if out is not product:
-            tape.release(product)
-        return out
+        return self.rms_norm_product_in_fp32(module, x, rows, width)
 
     def _rope(self, q: Sym) -> Sym:
         """``apply_rotary_pos_emb`` ends with ``q_embed.to(q_type)``."""
