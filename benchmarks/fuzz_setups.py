@@ -45,6 +45,7 @@ import trainmem_web  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
 import trainmem  # noqa: E402
+from trainmem.field_paths import setup_field_paths  # noqa: E402
 from trainmem.catalogs import gpus, optimizers, presets  # noqa: E402
 from trainmem.errors import format_validation_error, one_line  # noqa: E402
 from trainmem.render import render_report  # noqa: E402
@@ -266,54 +267,9 @@ HF_FIELDS = [
     "max_position_embeddings",
     "final_logit_softcapping",
 ]
-SETUP_PATHS = [
-    "micro_batch_size",
-    "sequence_length",
-    "gradient_accumulation_steps",
-    "precision",
-    "optimizer",
-    "optimizer.name",
-    "optimizer.implementation",
-    "activation_checkpointing",
-    "attention",
-    "loss",
-    "loss_chunks",
-    "parallelism",
-    "parallelism.num_gpus",
-    "parallelism.zero_stage",
-    "parallelism.strategy",
-    "parallelism.tensor_parallel_size",
-    "parallelism.pipeline_parallel_size",
-    "parallelism.context_parallel_size",
-    "parallelism.expert_parallel_size",
-    "parallelism.sequence_parallel",
-    "parallelism.gpus_per_node",
-    "parallelism.bucket_size_mib",
-    "parallelism.offload_optimizer",
-    "finetuning",
-    "finetuning.method",
-    "finetuning.lora.r",
-    "finetuning.lora.target_modules",
-    "finetuning.lora.lora_dropout",
-    "finetuning.quantization.bits",
-    "finetuning.frozen",
-    "gpu",
-    "gpu.memory_gib",
-    "gpu.name",
-    "headroom_fraction",
-    "runtime.cuda_context_mib",
-    "runtime.device",
-    "model",
-    "model.preset",
-    "model.num_parameters",
-    "model.architecture.num_hidden_layers",
-    "model.architecture.hidden_size",
-    "model.architecture.vocab_size",
-    "model.architecture.num_experts",
-    "model.architecture.model_type",
-    "model.architecture.hidden_act",
-    "an_unknown_field",
-]
+# Every Setup field, read from the models (trainmem.field_paths), so new fields are fuzzed too; plus a
+# key no model has.
+SETUP_PATHS = setup_field_paths() + ["an_unknown_field"]
 ARCHITECTURE_HOSTILE_SIZES = [0, 3, 7, 10**6, 10**9, 2**40, 10**300]
 
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 import trainmem
 from trainmem.errors import format_validation_error, one_line
+from trainmem.field_paths import setup_field_paths
 from trainmem.render import render_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,50 +48,13 @@ values = st.recursive(
     max_leaves=8,
 )
 
-PATHS = [
-    "micro_batch_size",
-    "sequence_length",
-    "gradient_accumulation_steps",
-    "precision",
-    "optimizer",
-    "optimizer.name",
-    "activation_checkpointing",
-    "attention",
-    "loss",
-    "loss_chunks",
-    "parallelism",
-    "parallelism.num_gpus",
-    "parallelism.zero_stage",
-    "parallelism.strategy",
-    "parallelism.tensor_parallel_size",
-    "parallelism.pipeline_parallel_size",
-    "parallelism.context_parallel_size",
-    "parallelism.expert_parallel_size",
-    "parallelism.sequence_parallel",
-    "parallelism.bucket_size_mib",
-    "finetuning",
-    "finetuning.method",
-    "finetuning.lora.r",
-    "finetuning.lora.target_modules",
-    "finetuning.frozen",
-    "finetuning.quantization.bits",
-    "gpu",
-    "gpu.memory_gib",
-    "gpu.name",
-    "headroom_fraction",
-    "runtime.cuda_context_mib",
-    "model",
-    "model.preset",
-    "model.num_parameters",
-    "model.hf_config",
+# Every Setup field, read from the models (trainmem.field_paths), so a new field is tested the day it
+# is added; plus config.json fields and a key no model has.
+PATHS = setup_field_paths() + [
     "model.hf_config.hidden_size",
     "model.hf_config.num_hidden_layers",
     "model.hf_config.model_type",
     "model.hf_config.tie_word_embeddings",
-    "model.architecture",
-    "model.architecture.num_hidden_layers",
-    "model.architecture.hidden_size",
-    "model.architecture.hidden_act",
     "surprise",
 ]
 BASES = [

@@ -53,6 +53,9 @@ GPUS_PER_NODE = Bound(2**10, "1024 GPUs in one shard group (the largest NVLink d
 # --------------------------------------------------------------------------- memory figures
 GPU_MEMORY_GIB = Bound(2**12, "4 TiB per GPU, 14× the largest GPU memory sold (288 GB: B300, MI355X)")
 MEMORY_MIB = Bound(2**22, "4 TiB in MiB, the bound of a GPU's memory")
+BUCKET_ELEMENTS = Bound(2**50, "2^50 elements, the bound of num_parameters: no bucket outgrows the model")
+DATALOADER_WORKERS = Bound(2**10, "1024 worker processes per rank, 4× the cores of the largest host CPU")
+HOST_RAM_GIB = Bound(2**16, "64 TiB per node, 2× the largest single-system memory sold (32 TB)")
 
 # --------------------------------------------------------------------------- architecture
 ARCHITECTURE_BOUNDS: dict[str, Bound] = {

@@ -93,6 +93,9 @@ GPUsPerNode = bounded_int(limits.GPUS_PER_NODE)
 GPUMemoryGiB = bounded_float(limits.GPU_MEMORY_GIB)
 MemoryMiB = bounded_float(limits.MEMORY_MIB)
 NonNegativeMemoryMiB = bounded_float(limits.MEMORY_MIB, exclusive=False)
+HostRAMGiB = bounded_float(limits.HOST_RAM_GIB)
+BucketElements = bounded_int(limits.BUCKET_ELEMENTS)
+DataloaderWorkers = bounded_int(limits.DATALOADER_WORKERS, minimum=0)
 FiniteFraction = Annotated[float, Field(allow_inf_nan=False)]
 
 
@@ -361,12 +364,12 @@ class Parallelism(StrictModel):
         description="DDP bucket_cap_mb / DeepSpeed reduce_bucket_size (converted to MiB); "
         + limits.MEMORY_MIB.describe(),
     )
-    zero_reduce_bucket_size: PositiveInt = Field(
+    zero_reduce_bucket_size: BucketElements = Field(
         default=500_000_000,
         description="DeepSpeed zero_optimization.reduce_bucket_size, in elements (5e8 by default). DeepSpeed 0.19 "
         "allocates the bucket at this size whatever the model's size.",
     )
-    zero3_max_live_parameters: PositiveInt = Field(
+    zero3_max_live_parameters: BucketElements = Field(
         default=1_000_000_000,
         description="DeepSpeed stage3_max_live_parameters (1e9): a model at most this large stays gathered from "
         "forward to backward under ZeRO-3.",
@@ -398,8 +401,9 @@ class Parallelism(StrictModel):
         description="How the weights are loaded into host RAM: every rank loads the full state dict, rank 0 only "
         "(FSDP sync_module_states / cpu_ram_efficient_loading), or each rank its shard (deepspeed.zero.Init, meta device).",
     )
-    host_ram_gib_per_node: Optional[PositiveFloat] = Field(
-        default=None, description="Host RAM of one node, for a host-RAM fit verdict (None: no verdict)."
+    host_ram_gib_per_node: Optional[HostRAMGiB] = Field(
+        default=None,
+        description="Host RAM of one node, for a host-RAM fit verdict (None: no verdict); " + limits.HOST_RAM_GIB.describe() + "."
     )
     tensor_parallel_flavor: Literal["megatron", "dtensor"] = Field(
         default="megatron",
@@ -619,18 +623,20 @@ class Runtime(StrictModel):
     cuda_graphs: bool = Field(
         default=False, description="CUDA graphs (mode='reduce-overhead'): a private pool keeps the captured memory."
     )
-    nccl_communicator_mib: Optional[NonNegativeFloat] = Field(
+    nccl_communicator_mib: Optional[NonNegativeMemoryMiB] = Field(
         default=None,
         description="NCCL buffer memory per communicator (one per process group larger than 1); default 656 MiB "
         "(NVIDIA/nccl#964's A100 figure), an assumption.",
     )
-    host_process_mib: NonNegativeFloat = Field(
+    host_process_mib: NonNegativeMemoryMiB = Field(
         default=2048.0,
         description="Host RAM of one training process before any model state (interpreter, torch, CUDA host state); "
         "an assumption, not measured.",
     )
-    dataloader_workers: NonNegativeInt = Field(default=0, description="DataLoader num_workers per rank.")
-    dataloader_worker_mib: NonNegativeFloat = Field(
+    dataloader_workers: DataloaderWorkers = Field(
+        default=0, description="DataLoader num_workers per rank; " + limits.DATALOADER_WORKERS.describe() + "."
+    )
+    dataloader_worker_mib: NonNegativeMemoryMiB = Field(
         default=1024.0, description="Host RAM of one dataloader worker process (an assumption: set what you observe)."
     )
 
