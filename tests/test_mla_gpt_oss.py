@@ -167,3 +167,19 @@ def test_gpt_oss_names_the_attention_it_cannot_run():
     assert family.unsupported_attention("sdpa", "cuda") is None  # a flash kernel with s_aux
     assert family.unsupported_attention("sdpa-math", "cuda")
     assert FAMILIES["deepseek_v3"].unsupported_attention("sdpa", "cpu") is None
+
+
+def test_gpt_oss_fp32_sdpa_on_cuda_is_refused_in_one_line():
+    """The sinks' flash kernel takes bf16/fp16 only: fp32 compute on CUDA is a Setup error naming
+    attention (it used to escape from the simulation, found by the fuzz)."""
+    from pydantic import ValidationError
+
+    from trainmem.errors import format_validation_error
+
+    setup = {**_setup(GPT_OSS, attention="sdpa", precision="fp32"), "runtime": {"device": "cuda"}}
+    with pytest.raises(ValidationError) as error:
+        trainmem.estimate(setup, suggestions=False)
+    problems = dict(format_validation_error(error.value))
+    assert "bf16/fp16" in problems["attention"]
+    bf16 = {**_setup(GPT_OSS, attention="sdpa", precision="amp-bf16"), "runtime": {"device": "cuda"}}
+    assert trainmem.estimate(bf16, suggestions=True).peak_allocated_bytes > 0

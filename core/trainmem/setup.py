@@ -801,7 +801,11 @@ class Setup(StrictModel):
             self._check_lora_targets(architecture)
             from .models import family_for
 
-            problem = family_for(architecture).unsupported_attention(self.attention, self.runtime.device)
+            from .precision import resolve_precision
+
+            precision = resolve_precision(self)
+            compute_dtype = precision.autocast or precision.compute_weight_dtype
+            problem = family_for(architecture).unsupported_attention(self.attention, self.runtime.device, compute_dtype)
             if problem:
                 raise FieldError("attention", problem)
         elif self.finetuning.method != "full" or self.finetuning.frozen:

@@ -96,9 +96,10 @@ class DecoderFamily:
         """A 4-/8-bit load replaces ``nn.Linear`` modules of the decoder layers (not the output head)."""
         return tensor.linear_features is not None and tensor.group != "lm_head"
 
-    def unsupported_attention(self, attention: str, device: str) -> Optional[str]:
-        """Why transformers cannot train this family with ``attention`` on ``device`` (None: it can).
-        A hook for ``Setup`` validation, so that the refusal is one line naming ``attention``."""
+    def unsupported_attention(self, attention: str, device: str, compute_dtype: str = "bf16") -> Optional[str]:
+        """Why transformers cannot train this family with ``attention`` on ``device`` when the attention
+        computes in ``compute_dtype`` (None: it can). A hook for ``Setup`` validation, so that the refusal is
+        one line naming ``attention``."""
         return None
 
     # ------------------------------------------------------------------ the tape

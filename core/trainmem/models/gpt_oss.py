@@ -56,6 +56,10 @@ CPU_ATTENTION_MESSAGE = (
     "(GptOssPreTrainedModel._supports_sdpa is False); use 'eager'"
 )
 
+CUDA_FP32_MESSAGE = (
+    "gpt_oss's sinks need a flash kernel with s_aux on CUDA, which computes in bf16/fp16 only: with fp32 "
+    "compute use 'eager', or a bf16/fp16 precision"
+)
 CUDA_MATH_MESSAGE = (
     "gpt_oss has no SDPA math path (its sinks need eager or a flash kernel with s_aux); use 'eager' or 'sdpa' "
     "(a fused flash kernel on CUDA)"
@@ -119,11 +123,18 @@ class GptOss(DecoderFamily):
         sinks = [ParameterTensor("self_attn.sinks", "attention", (arch.num_attention_heads,))]
         return blocks.attention(arch, names) + sinks + moe + blocks.layer_norms(arch, names)
 
-    def unsupported_attention(self, attention: str, device: str) -> Optional[str]:
+    def unsupported_attention(self, attention: str, device: str, compute_dtype: str = "bf16") -> Optional[str]:
         """No SDPA for the sinks: eager anywhere; on CUDA ``sdpa`` stands for a fused flash kernel that
-        takes ``s_aux`` (kernels-community/vllm-flash-attn3), which has no math fallback."""
-        if attention == "sdpa-math" or (attention != "eager" and device == "cpu"):
-            return CPU_ATTENTION_MESSAGE if device == "cpu" else CUDA_MATH_MESSAGE
+        takes ``s_aux`` (kernels-community/vllm-flash-attn3), which has no math fallback and, as every
+        flash kernel, takes fp16/bf16 only (fp32 compute would send SDPA to math)."""
+        if attention == "eager":
+            return None
+        if device == "cpu":
+            return CPU_ATTENTION_MESSAGE
+        if attention == "sdpa-math":
+            return CUDA_MATH_MESSAGE
+        if compute_dtype == "fp32":
+            return CUDA_FP32_MESSAGE
         return None
 
     def program(self) -> type[LayerProgram]:
