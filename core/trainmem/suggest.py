@@ -180,22 +180,53 @@ def _settle_with_replay(
     setup_json: dict[str, Any], size: int, size_report: Report, usable: int, smallest: int
 ) -> tuple[int, Report]:
     """The search above runs with the allocator reserve scaled from the base setup; the boundary is
-    checked again with each candidate's own allocator replay (``trainmem.cuda.memory``)."""
+    found again with each candidate's own allocator replay (``trainmem.cuda.memory``): galloping from
+    ``size`` in the direction the replayed answer points, then bisection, so that a reserve far off
+    costs a logarithmic number of replays, not one per micro-batch. When not even ``smallest`` fits,
+    it is returned with its report."""
     from .cuda.memory import replayed_reserve
 
     with replayed_reserve():
-        trial = _try(setup_json, {"micro_batch_size": size})
-        while size > smallest and (trial is None or trial.fit.required_bytes > usable):
-            size -= 1
-            trial = _try(setup_json, {"micro_batch_size": size})
-        if trial is None:
-            return size, size_report
-        while size < MAX_MICRO_BATCH:
-            bigger = _try(setup_json, {"micro_batch_size": size + 1})
-            if bigger is None or bigger.fit.required_bytes > usable:
-                break
-            size, trial = size + 1, bigger
-    return size, trial
+
+        def tried(candidate: int) -> tuple[Optional[Report], bool]:
+            trial = _try(setup_json, {"micro_batch_size": candidate})
+            return trial, trial is not None and trial.fit.required_bytes <= usable
+
+        trial, fits = tried(size)
+        if fits:
+            assert trial is not None
+            low, low_report, high, step = size, trial, None, 1
+            while high is None and low < MAX_MICRO_BATCH:
+                candidate = min(low + step, MAX_MICRO_BATCH)
+                bigger, bigger_fits = tried(candidate)
+                if bigger_fits:
+                    assert bigger is not None
+                    low, low_report, step = candidate, bigger, step * 2
+                else:
+                    high = candidate
+            if high is None:
+                return low, low_report
+        else:
+            high, step, low, low_report = size, 1, None, None
+            while low is None:
+                candidate = max(high - step, smallest)
+                smaller, smaller_fits = tried(candidate)
+                if smaller_fits:
+                    assert smaller is not None
+                    low, low_report = candidate, smaller
+                elif candidate == smallest:
+                    return smallest, smaller if smaller is not None else size_report
+                else:
+                    high, step = candidate, step * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            trial, fits = tried(middle)
+            if fits:
+                assert trial is not None
+                low, low_report = middle, trial
+            else:
+                high = middle
+    return low, low_report
 
 
 MAX_COMBINED_CHANGES = 4
