@@ -1,0 +1,1 @@
+"""vLLM's GPU memory (placeholder; the full model follows)."""
