@@ -38,7 +38,7 @@ from ..architecture import Architecture
 from ..errors import FieldError
 from ..layers import LayerShape, Trainability
 from ..tape import DTYPE_BYTES, Sym, Tape
-from .kv_cache import cache_architecture, kv_cache_bytes, layer_cache_shapes
+from .kv_cache import cache_architecture, kv_cache_bytes, kv_cache_bytes_by_layer, layer_cache_shapes
 
 INT64_BYTES = 8
 DEFAULT_TOP_K = 50
@@ -122,7 +122,7 @@ def hf_generation_phase(
     # ---- prefill
     prefill_parts = _prefill(plan, arch, kernels, b, s, dtype_bytes, stream_bytes)
     prefill_forward = sum(prefill_parts.values())
-    prefill_cache = kv_cache_bytes(arch, b, s, dtype_bytes)
+    prefill_cache = kv_cache_bytes(arch, b, s, dtype_bytes, last_forward_tokens=s)
     bookkeeping_prefill = _bookkeeping_bytes(b, s, 0)
     after_prefill = {
         "KV cache": prefill_cache,
@@ -139,7 +139,7 @@ def hf_generation_phase(
     if c >= 2:
         cached_before = s + c - 2  # tokens in the cache when the last forward starts
         final_cache = kv_cache_bytes(arch, b, cached_before + 1, dtype_bytes)
-        update = _update_transient_bytes(arch, b, cached_before, dtype_bytes)
+        update = _update_transient_bytes(arch, b, cached_before, s if c == 2 else 1, dtype_bytes)
         bookkeeping = _bookkeeping_bytes(b, s, c - 1)
         during_update = {"KV cache": final_cache, "cache update": update, "generate bookkeeping": bookkeeping}
         selecting = {
@@ -160,7 +160,7 @@ def hf_generation_phase(
         peak_bytes=sum(parts.values()),
         parts=parts,
         peak_at=peak_at,
-        kv_cache_bytes=kv_cache_bytes(arch, b, s + c - 1, dtype_bytes),
+        kv_cache_bytes=kv_cache_bytes(arch, b, s + c - 1, dtype_bytes, last_forward_tokens=s if c == 1 else 1),
         prefill_peak_bytes=prefill_peak,
         decode_peak_bytes=decode_peak,
     )
@@ -196,12 +196,13 @@ def _bookkeeping_bytes(batch: int, prompt: int, steps_done: int) -> int:
     return 2 * batch * (prompt + steps_done) * INT64_BYTES
 
 
-def _update_transient_bytes(arch: Architecture, batch: int, cached_before: int, dtype_bytes: int) -> int:
-    """The largest old tensor alive during one layer's ``torch.cat`` in the last decode step: the
-    layer's previous keys (or values) next to the new ones, counted in the final cache already."""
+def _update_transient_bytes(arch: Architecture, batch: int, cached_before: int, last_forward: int, dtype_bytes: int) -> int:
+    """The largest old tensor alive during one layer's ``torch.cat`` in the last decode step: the layer's
+    previous keys (or values) storage next to the new one, which the final cache already counts. The
+    previous storage is the previous forward's concatenation (``last_forward`` tokens added to it)."""
     largest = 0
     for shape in layer_cache_shapes(arch):
-        old = shape.stored_tokens(0, min(cached_before, shape.window - 1) if shape.window else cached_before)
+        old = shape.stored_tokens(cached_before - last_forward, last_forward)
         largest = max(largest, batch * old * max(shape.key_elements_per_token, shape.value_elements_per_token))
     return largest * dtype_bytes
 
@@ -216,7 +217,7 @@ def _prefill(plan: Any, arch: Architecture, kernels: Any, batch: int, prompt: in
     if arch.position_embedding == "rope":
         per_set = sum(family.rotary_tables_bytes(arch, prompt, stream_bytes)) * batch
         rotary = per_set * arch.rope_sets
-    caches = [0] + _cumulative(layer_cache_bytes_after_prefill(arch, batch, prompt, dtype_bytes))
+    caches = [0] + _cumulative(kv_cache_bytes_by_layer(arch, batch, prompt, dtype_bytes, last_forward_tokens=prompt))
     stream = tokens * h * stream_bytes
     candidates: list[dict[str, int]] = []
     for kind in arch.layer_kinds():
@@ -229,15 +230,6 @@ def _prefill(plan: Any, arch: Architecture, kernels: Any, batch: int, prompt: in
     # lm_head on the last position, after the decoder returned (its embeddings and tables are gone)
     candidates.append({"KV cache": caches[-1], "prefill activations": stream, "logits": batch * arch.vocab_size * dtype_bytes})
     return max(candidates, key=lambda parts: sum(parts.values()))
-
-
-def layer_cache_bytes_after_prefill(arch: Architecture, batch: int, prompt: int, dtype_bytes: int) -> list[int]:
-    """Storage each layer's cache holds after the prefill (a sliding layer keeps a view of the whole
-    concatenation, so the full prompt stays allocated until its next update)."""
-    out = []
-    for shape in layer_cache_shapes(arch):
-        out.append(batch * prompt * shape.elements_per_token * dtype_bytes + (8 if shape.kind == "sliding" else 0))
-    return out
 
 
 def _cumulative(values: list[int]) -> list[int]:

@@ -64,10 +64,6 @@ class LayerCacheShape:
     def elements_per_token(self) -> int:
         return self.key_elements_per_token + self.value_elements_per_token
 
-    def kept_tokens(self, tokens: int) -> int:
-        """Tokens whose keys and values stay cached once ``tokens`` have been seen."""
-        return tokens if self.window is None else min(tokens, self.window - 1)
-
     def stored_tokens(self, cached_before: int, new_tokens: int) -> int:
         """Tokens of the storage an ``update`` of ``new_tokens`` leaves alive (the concatenation; a sliding
         layer keeps a view of it, so the whole concatenation stays allocated)."""
@@ -104,24 +100,40 @@ def _check(batch_size: Any, tokens: Any, dtype_bytes: Any) -> None:
         raise FieldError("dtype_bytes", f"must be 1 (fp8), 2 (bf16/fp16) or 4 (fp32), got {dtype_bytes}")
 
 
-def kv_cache_bytes_by_layer(arch: Architecture, batch_size: int, tokens: int, dtype_bytes: int) -> list[int]:
+def kv_cache_bytes_by_layer(
+    arch: Architecture, batch_size: int, tokens: int, dtype_bytes: int, *, last_forward_tokens: int = 1
+) -> list[int]:
     """Bytes each layer's ``DynamicCache`` layer holds once ``tokens`` tokens of ``batch_size`` sequences
-    have been cached (between forwards), in layer order."""
+    have been cached, between forwards, in layer order.
+
+    ``last_forward_tokens``: how many of them the last forward added (1 while decoding; the prompt length
+    right after the prefill). It matters for sliding-window layers only: they keep a view of the last
+    ``window - 1`` tokens of the concatenation, so the storage alive is ``min(tokens - last, window - 1) +
+    last`` tokens (``window`` while decoding, the whole prompt after a long prefill).
+    """
     _check(batch_size, tokens, dtype_bytes)
+    if isinstance(last_forward_tokens, bool) or not isinstance(last_forward_tokens, int) or not (
+        1 <= last_forward_tokens <= max(tokens, 1)
+    ):
+        raise FieldError("last_forward_tokens", f"must be an integer from 1 to tokens ({tokens}), got {last_forward_tokens!r}")
     out = []
     for shape in layer_cache_shapes(arch):
-        kept = shape.kept_tokens(tokens)
+        stored = shape.stored_tokens(tokens - last_forward_tokens, last_forward_tokens) if tokens else 0
         extra = SLIDING_WINDOW_TENSOR_BYTES if shape.kind == "sliding" else 0
-        out.append(batch_size * kept * shape.elements_per_token * dtype_bytes + extra)
+        out.append(batch_size * stored * shape.elements_per_token * dtype_bytes + extra)
     return out
 
 
-def kv_cache_bytes(arch: Architecture, batch_size: int, tokens: int, dtype_bytes: int) -> int:
+def kv_cache_bytes(
+    arch: Architecture, batch_size: int, tokens: int, dtype_bytes: int, *, last_forward_tokens: int = 1
+) -> int:
     """Bytes of the whole cache after ``tokens`` tokens: ``sum(kv_cache_bytes_by_layer(...))``.
 
-    A full-attention layer holds ``2 * batch * num_key_value_heads * tokens * head_dim * dtype_bytes``.
+    A full-attention layer holds ``2 * batch * num_key_value_heads * tokens * head_dim * dtype_bytes``; an
+    MLA layer ``batch * tokens * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes``; a sliding-window layer
+    at most ``window`` tokens while decoding (see :func:`kv_cache_bytes_by_layer`).
     """
-    return sum(kv_cache_bytes_by_layer(arch, batch_size, tokens, dtype_bytes))
+    return sum(kv_cache_bytes_by_layer(arch, batch_size, tokens, dtype_bytes, last_forward_tokens=last_forward_tokens))
 
 
 def cache_architecture(arch: Architecture, hf_config: Mapping[str, Any] | None = None) -> Architecture:

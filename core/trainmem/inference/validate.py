@@ -27,9 +27,9 @@ TINY_LLAMA = {
     "vocab_size": 2048,
     "hidden_size": 128,
     "intermediate_size": 352,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
     "max_position_embeddings": 2048,
     "tie_word_embeddings": False,
 }
@@ -46,14 +46,29 @@ TINY_QWEN2 = {
 }
 
 
+TINY_MISTRAL_SLIDING = {
+    "model_type": "mistral",
+    "vocab_size": 2048,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "sliding_window": 40,
+    "tie_word_embeddings": False,
+}
+
+
 def generation_cases() -> list[GenerationCase]:
-    """The measured grid: tiny Llama and Qwen2, two prompt and two completion lengths, batch 1 and 4,
-    greedy and sampling (transformers' default top_k=50 warper), bf16 SDPA, plus fp32 and eager."""
+    """The measured grid: tiny Llama (multi-head attention) and Qwen2 (grouped-query, tied embeddings), two
+    prompt and two completion lengths, batch 1 and 4, greedy and sampling (transformers' default top_k=50
+    warper), bf16 SDPA; plus eager attention, fp32, and a Mistral whose sliding window (40) is crossed."""
     cases = []
     for name, config in (("llama", TINY_LLAMA), ("qwen2", TINY_QWEN2)):
         for batch in (1, 4):
-            for prompt in (64, 512):
-                for completion in (16, 256):
+            for prompt in (16, 128):
+                for completion in (8, 64):
                     for sample in (False, True):
                         mode = "sample" if sample else "greedy"
                         cases.append(
@@ -66,23 +81,25 @@ def generation_cases() -> list[GenerationCase]:
                                 do_sample=sample,
                             )
                         )
-    for attention in ("eager",):
-        cases.append(
-            GenerationCase(
-                id=f"gen-llama-b4-p256-c64-greedy-{attention}",
-                hf_config=TINY_LLAMA,
-                attention=attention,
-                batch_size=4,
-                prompt_tokens=256,
-                completion_tokens=64,
-            )
-        )
     cases.append(
         GenerationCase(
-            id="gen-llama-b2-p128-c64-sample-fp32", hf_config=TINY_LLAMA, dtype="fp32", batch_size=2,
-            prompt_tokens=128, completion_tokens=64, do_sample=True,
+            id="gen-llama-b4-p128-c32-greedy-eager", hf_config=TINY_LLAMA, attention="eager", batch_size=4,
+            prompt_tokens=128, completion_tokens=32,
         )
     )
+    cases.append(
+        GenerationCase(
+            id="gen-llama-b2-p64-c48-sample-fp32", hf_config=TINY_LLAMA, dtype="fp32", batch_size=2,
+            prompt_tokens=64, completion_tokens=48, do_sample=True,
+        )
+    )
+    for prompt, completion in ((16, 64), (96, 24)):
+        cases.append(
+            GenerationCase(
+                id=f"gen-mistral-sliding40-b2-p{prompt}-c{completion}-greedy", hf_config=TINY_MISTRAL_SLIDING,
+                batch_size=2, prompt_tokens=prompt, completion_tokens=completion,
+            )
+        )
     return cases
 
 
