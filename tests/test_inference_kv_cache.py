@@ -112,6 +112,7 @@ def _cache_storage_bytes(cache):
     return out
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_matches_transformers_dynamic_cache(name):
     torch = pytest.importorskip("torch")
