@@ -103,6 +103,10 @@ def hf_generation_phase(
     if arch is None:
         raise FieldError("model", "generation needs the model's architecture (a preset, hf_config or architecture)")
     _check_lengths(arch, batch_size, prompt_tokens, completion_tokens)
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise FieldError("top_k", f"must be a non-negative integer or null, got {top_k!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise FieldError("temperature", f"must be a positive number, got {temperature!r}")
     if hf_config is None:
         hf_config = _plan_hf_config(plan)
     arch = cache_architecture(arch, hf_config)
@@ -165,6 +169,14 @@ def hf_generation_phase(
     else:
         parts, peak_at = prefill_peak_parts, "prefill"
     parts = {name: value for name, value in parts.items() if value}
+    notes = []
+    if arch.final_logit_softcapping or arch.logits_scaling:
+        notes.append("the head's logit soft-capping or scaling adds (batch, vocab) tensors that are not modelled")
+    if kernels.attention == "eager" and (arch.attn_logit_softcapping or arch.attention_sinks):
+        notes.append("eager attention with soft-capping or sinks: the prefill's attention is the training step's "
+                     "no-grad replay (not measured under generate)")
+    if arch.is_moe or arch.is_mla:
+        notes.append("MoE and MLA prefill layers are the training step's no-grad replay (not measured under generate)")
     return GenerationPhase(
         peak_bytes=sum(parts.values()),
         parts=parts,
@@ -172,13 +184,23 @@ def hf_generation_phase(
         kv_cache_bytes=kv_cache_bytes(arch, b, s + c - 1, dtype_bytes, last_forward_tokens=s if c == 1 else 1),
         prefill_peak_bytes=prefill_peak,
         decode_peak_bytes=decode_peak,
+        notes=tuple(notes),
     )
 
 
 def _plan_hf_config(plan: Any) -> Optional[Mapping[str, Any]]:
+    """The config.json behind the plan's model (a preset's or the user's), for the cache's layer types."""
     model = getattr(plan.setup, "model", None)
     config = getattr(model, "hf_config", None)
-    return config if isinstance(config, Mapping) else None
+    if isinstance(config, Mapping):
+        return config
+    preset = getattr(model, "preset", None)
+    if isinstance(preset, str):
+        from ..catalogs import presets
+
+        found = presets().get(preset)
+        return found.config if found is not None else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -268,6 +290,7 @@ def _prefill(plan: Any, arch: Architecture, kernels: Any, batch: int, prompt: in
     if arch.position_embedding == "rope":
         per_set = sum(family.rotary_tables_bytes(arch, prompt, stream_bytes)) * batch
         rotary = per_set * arch.rope_sets
+    rotary += _mask_bytes(arch, kernels.attention, batch, prompt, dtype_bytes)
     caches = [0] + _cumulative(kv_cache_bytes_by_layer(arch, batch, prompt, dtype_bytes, last_forward_tokens=prompt))
     stream = tokens * h * stream_bytes
     candidates: list[dict[str, int]] = []
@@ -281,6 +304,19 @@ def _prefill(plan: Any, arch: Architecture, kernels: Any, batch: int, prompt: in
     # lm_head on the last position, after the decoder returned (its embeddings and tables are gone)
     candidates.append({"KV cache": caches[-1], "prefill activations": stream, "logits": batch * arch.vocab_size * dtype_bytes})
     return max(candidates, key=lambda parts: sum(parts.values()))
+
+
+def _mask_bytes(arch: Architecture, kernel: str, batch: int, prompt: int, dtype_bytes: int) -> int:
+    """The 4-D attention masks the prefill builds once and keeps through the forward (masking_utils.py):
+    eager attention adds a ``(batch, 1, s, s)`` mask in the model dtype (``eager_mask``); SDPA needs none
+    for causal full attention (``is_causal``) but a boolean ``(1, 1, s, s)`` one for sliding-window layers
+    once the prompt reaches the window (measured, torch 2.13 CPU, transformers 5.24)."""
+    if kernel in ("eager", "math"):
+        return batch * prompt * prompt * dtype_bytes
+    window = arch.sliding_window
+    if window is not None and arch.window_layers() and prompt >= window:
+        return prompt * prompt
+    return 0
 
 
 def _cumulative(values: list[int]) -> list[int]:
@@ -358,10 +394,55 @@ def _caching_program(program: type) -> type:
                 tape.release(k)
             if v.storage not in (q.storage, k.storage):
                 tape.release(v)
-            out = super()._attention_core(q, k_cache, v_cache)
+            if self.kernels.attention == "eager" and not self.arch.attn_logit_softcapping and not self.arch.attention_sinks:
+                out = self._eager_core(q, k_cache, v_cache)
+            else:
+                out = super()._attention_core(q, k_cache, v_cache)
             # Tape.fused_attention marks its output as requiring grad whatever its inputs; under
             # no_grad nothing does, and nothing downstream may save tensors for a backward.
             out.requires_grad = q.requires_grad or k.requires_grad or v.requires_grad
+            return out
+
+        def _eager_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
+            """``eager_attention_forward`` without autograd: ``repeat_kv`` copies, a contiguous copy of kᵀ
+            for the batched matmul, scores, scaled, masked, the fp32 softmax and its cast back; the
+            probabilities are returned with the output and stay alive (the layer's ``_``) to its end."""
+            shape, tape = self.shape, self.tape
+            groups = shape.heads // shape.kv_heads
+            if groups > 1:
+                k = tape.copy(k, k.numel * groups)
+                v = tape.copy(v, v.numel * groups)
+            scores_numel = shape.batch * shape.heads * shape.seq * shape.kv_seq
+            transposed = tape.copy(k)
+            scores = tape.matmul(q, transposed, scores_numel)
+            tape.release(transposed)
+            scaled = tape.scale(scores)
+            tape.release(scores)
+            masked = tape.scale(scaled)  # + the causal mask
+            tape.release(scaled)
+            if self.family.eager_softmax_in_fp32:
+                upcast = tape.to(masked, "fp32")
+                soft = tape.new(upcast.numel, "fp32", False)
+                if upcast is not masked:
+                    tape.release(upcast)
+                probs = tape.to(soft, q.dtype)
+                if probs is not soft:
+                    tape.release(soft)
+            else:
+                probs = tape.new(masked.numel, masked.dtype, False)
+            tape.release(masked)
+            context = tape.matmul(probs, v, self._context_numel(q, v))
+            out = tape.copy(context)  # transpose(1, 2).contiguous()
+            tape.release(context)
+            if groups > 1:
+                tape.release(k, v)
+            self.held_to_layer_end.append(probs)
+            return out
+
+        def layer(self, x: Sym) -> Sym:
+            self.held_to_layer_end: list[Sym] = []
+            out = super().layer(x)
+            self.tape.release(*self.held_to_layer_end)
             return out
 
         def _dense_mlp(self, prefix: str, x: Sym, width: int, saved_input: Optional[Sym] = None) -> Sym:

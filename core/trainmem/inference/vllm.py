@@ -34,6 +34,12 @@ vLLM's rules (from the source):
   Either way, what the CuMem pools held is returned to the GPU; the CUDA context, CUDA graphs and blocks the
   torch caching allocator keeps outside the pools stay.
 
+TRL's colocated engine (trl 1.16, ``trl/generation/vllm_generation.py``): ``LLM(gpu_memory_utilization=
+vllm_gpu_memory_utilization`` (``GRPOConfig`` default 0.3), ``max_num_batched_tokens=4096``,
+``enable_sleep_mode=vllm_enable_sleep_mode)``; with sleep mode it calls ``llm.sleep(level=2)`` after start-up
+and after each generation, and ``wake_up(tags=["weights"])`` then ``wake_up(tags=["kv_cache"])`` before
+generating — so during training the share is released, during generation it is all back.
+
 trainmem's assumptions (not measured here; override them with the figures of your own vLLM log):
 
 * the peak activation of ``profile_run`` is estimated as one decoder layer's no-grad forward over

@@ -174,23 +174,41 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainmem.measure.generation")
     parser.add_argument("--write", action="store_true", help="rewrite corpus_generation.jsonl with fresh measurements")
     parser.add_argument("--only", default="", help="measure only the cases whose id contains this text")
+    parser.add_argument("--shard", default="0/1", help="i/n: measure every n-th case starting at i (to run in parallel)")
+    parser.add_argument("--out", default="", help="append each measurement to this JSON-lines file as it is made")
+    parser.add_argument("--merge", nargs="*", default=None, help="write these JSON-lines files as the corpus, then stop")
     parser.add_argument("--show", action="store_true", help="print the largest storages alive at each peak")
     args = parser.parse_args(argv)
+    if args.merge is not None:
+        from pathlib import Path
+
+        merged = [m for name in args.merge for m in load_generation_corpus(Path(name))]
+        write_generation_corpus(merged, corpus_path())
+        print(f"wrote {len(merged)} cases to {corpus_path()}", file=sys.stderr)
+        return 0
+    index, count = (int(part) for part in args.shard.split("/"))
+    torch.set_num_threads(1)  # tiny matmuls: threads only wait on each other (allocations do not change)
+    done = set()
+    if args.out:
+        from pathlib import Path
+
+        done = {m.case.id for m in load_generation_corpus(Path(args.out))}
     measured = []
-    for case in generation_cases():
-        if args.only and args.only not in case.id:
+    for position, case in enumerate(generation_cases()):
+        if position % count != index or (args.only and args.only not in case.id) or case.id in done:
             continue
         result = measure_generation(case)
         measured.append(result)
-        print(f"{case.id}: peak {result.peak_bytes} at forward {result.peak_forward}, kv {result.kv_cache_bytes}")
+        print(f"{case.id}: peak {result.peak_bytes} at forward {result.peak_forward}, kv {result.kv_cache_bytes}", flush=True)
         if args.show:
             for name, nbytes in result.largest_at_peak.items():
-                print(f"    {nbytes:>12}  {name}")
+                print(f"    {nbytes:>12}  {name}", flush=True)
+        if args.out:
+            with open(args.out, "a", encoding="utf-8") as out:
+                out.write(result.model_dump_json() + "\n")
     if args.write:
         write_generation_corpus(measured, corpus_path())
         print(f"wrote {len(measured)} cases to {corpus_path()}", file=sys.stderr)
-    else:
-        del load_generation_corpus
     return 0
 
 
