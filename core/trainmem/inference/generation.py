@@ -17,16 +17,24 @@ multinomial sampling are both ``_sample``; transformers/generation/utils.py):
    (``(batch, vocab)`` fp32 next to the model-dtype logits, which ``del outputs`` frees at the end of
    the iteration); the logits processors (with ``do_sample``, transformers' default ``top_k=50``
    warper: ``torch.topk`` values and indices, a boolean mask and a ``masked_fill`` copy); then
-   ``softmax`` to probabilities (fp32) and ``torch.multinomial``, or ``argmax`` for greedy search.
+   ``softmax`` to probabilities (fp32) and ``torch.multinomial``, or ``argmax`` for greedy search. The
+   loop's variables keep the previous step's copy, scores and probabilities alive until each is rebound,
+   through the next forward and into the next selection.
 3. **Decode steps**: one token per forward. Each layer's ``DynamicLayer.update`` concatenates the old
    keys with the new one (``torch.cat``), so while it runs the old and the new tensor of that layer's
    K (then V) coexist: the transient is one layer's K or V at the new length. The cache after the last
    forward holds ``prompt + completion - 1`` tokens (the last token chosen is never fed back).
    ``input_ids`` and the attention mask grow by a ``torch.cat`` per step (int64).
 
+Eager attention runs ``eager_attention_forward`` (a contiguous copy of kᵀ, the fp32 softmax, and the
+probabilities returned with the output, alive to the layer's end) over a ``(batch, 1, s, s)`` mask kept
+through the prefill; SDPA needs a boolean ``(1, 1, s, s)`` mask only for sliding-window layers.
+
 The peak is the larger of the prefill's and the last decode step's. Weights are not included (they
-are the plan's); the prompt ids are the caller's. Everything else counted here was measured with
-``trainmem.measure.generation`` (``corpus_generation.jsonl``).
+are the plan's); the prompt ids are the caller's. The rules were measured with
+``trainmem.measure.generation`` on Llama, Qwen2 and Mistral (``corpus_generation.jsonl``); other
+families follow the same rules through their own layer programs, unmeasured under ``generate``
+(``GenerationPhase.notes`` says where the replay is the training step's).
 """
 
 from __future__ import annotations
