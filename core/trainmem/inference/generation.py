@@ -32,7 +32,8 @@ through the prefill; SDPA needs a boolean ``(1, 1, s, s)`` mask only for sliding
 
 The peak is the larger of the prefill's and the last decode step's. Weights are not included (they
 are the plan's); the prompt ids are the caller's. The rules were measured with
-``trainmem.measure.generation`` on Llama, Qwen2 and Mistral (``corpus_generation.jsonl``); other
+``trainmem.measure.generation`` on Llama, Qwen2, Mistral, Qwen3, Gemma 3 and Phi-3
+(``corpus_generation.jsonl``); other
 families follow the same rules through their own layer programs, unmeasured under ``generate``
 (``GenerationPhase.notes`` says where the replay is the training step's).
 """
@@ -117,10 +118,18 @@ def hf_generation_phase(
         raise FieldError("temperature", f"must be a positive number, got {temperature!r}")
     if hf_config is None:
         hf_config = _plan_hf_config(plan)
-    arch = cache_architecture(arch, hf_config)
+    # generate runs the model in eval mode: no dropout anywhere, so SDPA keeps its fused kernel
+    arch = cache_architecture(arch, hf_config).model_copy(
+        update={"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0}
+    )
+    from dataclasses import replace
+
     from ..simulate import _kernels
 
     kernels = _kernels(plan, False)
+    dropout_fallback = plan.device == "cpu" and plan.architecture.attention_dropout > 0
+    if kernels.attention == "math" and plan.setup.attention == "sdpa" and dropout_fallback:
+        kernels = replace(kernels, attention="fused")  # the CPU math fallback was for the training dropout
     dtype = kernels.autocast or kernels.weight_dtype
     dtype_bytes = DTYPE_BYTES[dtype]
     stream_bytes = DTYPE_BYTES[kernels.stream_dtype]
@@ -294,6 +303,9 @@ def _prefill(plan: Any, arch: Architecture, kernels: Any, batch: int, prompt: in
     tokens = batch * prompt
     h = arch.hidden_size
     embeddings = tokens * h * stream_bytes
+    learned = arch.position_embedding == "learned"
+    if learned:  # GPT-2: inputs_embeds and position_embeds stay referenced; layer 0 reads their sum
+        embeddings *= 2
     rotary = 0
     if arch.position_embedding == "rope":
         per_set = sum(family.rotary_tables_bytes(arch, prompt, stream_bytes)) * batch
@@ -305,7 +317,7 @@ def _prefill(plan: Any, arch: Architecture, kernels: Any, batch: int, prompt: in
     for kind in arch.layer_kinds():
         working = _layer_working_bytes(plan, kind.architecture, kernels, batch, prompt)
         for index in kind.indices:
-            layer_input = stream if index else 0  # layer 0 reads the embedding output itself
+            layer_input = stream if index or learned else 0  # layer 0 reads the embedding output itself
             candidates.append({"KV cache": caches[index], "prefill activations": embeddings + rotary + layer_input + working})
     head = _final_norm_bytes(plan, arch, kernels, batch, prompt)
     candidates.append({"KV cache": caches[-1], "prefill activations": embeddings + rotary + head})
@@ -445,6 +457,33 @@ def _caching_program(program: type) -> type:
             if groups > 1:
                 tape.release(k, v)
             self.held_to_layer_end.append(probs)
+            return out
+
+        def _activation(self, x: Sym) -> Sym:
+            """GPT-2's ``gelu_new``, ``0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x ** 3)))``, evaluated
+            left to right: ``0.5 * x`` first, then each temporary dies as the next op has read it."""
+            if self.arch.hidden_act not in ("gelu_new", "gelu_fast"):
+                return super()._activation(x)
+            tape = self.tape
+            half = tape.scale(x)
+            cubed = tape.unary_saving_input("pow", x)
+            scaled_cube = tape.scale(cubed)
+            tape.release(cubed)
+            inner = tape.add(x, scaled_cube)
+            tape.release(scaled_cube)
+            scaled_inner = tape.scale(inner)
+            tape.release(inner)
+            tanh = tape.unary_saving_result("tanh", scaled_inner)
+            tape.release(scaled_inner)
+            one_plus = tape.scale(tanh)
+            tape.release(tanh)
+            out = tape.mul(half, one_plus)
+            tape.release(half, one_plus)
+            return out
+
+        def norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
+            out = super().norm(module, x, rows, width)
+            out.requires_grad = x.requires_grad  # Tape.layer_norm marks its output as requiring grad
             return out
 
         def layer(self, x: Sym) -> Sym:

@@ -60,10 +60,25 @@ TINY_MISTRAL_SLIDING = {
 }
 
 
+_TINY_BASE = {
+    "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
+}
+TINY_FAMILIES = {
+    "qwen3": {**_TINY_BASE, "model_type": "qwen3", "head_dim": 16},
+    "gemma3": {**_TINY_BASE, "model_type": "gemma3_text", "head_dim": 16, "sliding_window": 24,
+               "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]},
+    "phi3": {**_TINY_BASE, "model_type": "phi3", "pad_token_id": 0, "eos_token_id": 0, "bos_token_id": 0},
+}
+"""More families, two cases each: per-head q/k norms (Qwen3); Gemma 3's hybrid sliding/full layers, four
+norms and two rotary tables; Phi-3's fused qkv and gate_up projections."""
+
+
 def generation_cases() -> list[GenerationCase]:
     """The measured grid: tiny Llama (multi-head attention) and Qwen2 (grouped-query, tied embeddings), two
     prompt and two completion lengths, batch 1 and 4, greedy and sampling (transformers' default top_k=50
-    warper), bf16 SDPA; plus eager attention, fp32, and a Mistral whose sliding window (40) is crossed."""
+    warper), bf16 SDPA; plus eager attention, fp32, a Mistral whose sliding window (40) is crossed, and
+    the families of ``TINY_FAMILIES``."""
     cases = []
     for name, config in (("llama", TINY_LLAMA), ("qwen2", TINY_QWEN2)):
         for batch in (1, 4):
@@ -100,6 +115,14 @@ def generation_cases() -> list[GenerationCase]:
                 batch_size=2, prompt_tokens=prompt, completion_tokens=completion,
             )
         )
+    for name, config in TINY_FAMILIES.items():
+        for prompt, completion in ((64, 4), (16, 48)):
+            cases.append(
+                GenerationCase(
+                    id=f"gen-{name}-b2-p{prompt}-c{completion}-sample", hf_config=config, batch_size=2,
+                    prompt_tokens=prompt, completion_tokens=completion, do_sample=True,
+                )
+            )
     return cases
 
 

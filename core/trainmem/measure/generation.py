@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge is not None:
         from pathlib import Path
 
-        merged = [m for name in args.merge for m in load_generation_corpus(Path(name))]
+        by_id = {m.case.id: m for name in args.merge for m in load_generation_corpus(Path(name))}  # later files win
+        merged = list(by_id.values())
         write_generation_corpus(merged, corpus_path())
         print(f"wrote {len(merged)} cases to {corpus_path()}", file=sys.stderr)
         return 0
