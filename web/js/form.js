@@ -73,6 +73,54 @@ function leafKind(schema, root) {
   return { kind: "json", nullable };
 }
 
+/** Whether an input of this kind can show a value exactly (and read it back unchanged). */
+function holds(spec, value) {
+  if (value === undefined) return true;
+  if (value === null) return spec.nullable;
+  switch (spec.kind) {
+    case "checkbox":
+      return typeof value === "boolean";
+    case "number":
+      return typeof value === "number" && Number.isFinite(value) && (!spec.integer || Number.isInteger(value));
+    case "list":
+      return value === spec.constant || (Array.isArray(value) && value.every((item) => typeof item === "string" && !item.includes(",")));
+    case "text":
+      return typeof value === "string";
+    default:
+      return true;
+  }
+}
+
+/**
+ * A value from a link (or a trainer file) that an input cannot hold — the text "false" for a
+ * checkbox, an object for a number — is kept as it is until the reader edits that input, so
+ * the core names it next to the field instead of the form silently turning it into another value.
+ */
+function keepForeignValues(input, spec, read, write) {
+  let foreign = null; // {value} while the input stands for a value it cannot show
+  const forget = () => {
+    foreign = null;
+    input.removeAttribute("data-foreign");
+  };
+  input.addEventListener("input", forget);
+  input.addEventListener("change", forget);
+  return {
+    read: () => (foreign ? foreign.value : read()),
+    write: (value) => {
+      if (holds(spec, value)) {
+        forget();
+        write(value);
+        return;
+      }
+      foreign = { value };
+      input.setAttribute("data-foreign", typeof value === "string" ? value : JSON.stringify(value) ?? String(value));
+      if (spec.kind === "checkbox") write(false);
+      else if (spec.kind === "number") write(null);
+      else write(typeof value === "string" ? value : JSON.stringify(value) ?? "");
+    },
+  };
+}
+
 export class SetupForm {
   /**
    * @param {HTMLElement} container  where the form goes
@@ -167,22 +215,29 @@ export class SetupForm {
       // Option values are the field's values as text ("" for null), so the DOM says what is chosen.
       const values = spec.nullable ? [null, ...spec.values] : [...spec.values];
       const text = (value) => (value === null ? "" : String(value));
-      for (const value of values) {
+      const optionValues = values.map(text);
+      for (const [index, value] of values.entries()) {
         const label = spec.labels?.[value] ?? hint.options?.[String(value)] ?? (value === null ? "Default" : String(value));
-        input.append(el(doc, "option", { value: text(value), text: label }));
+        input.append(el(doc, "option", { value: optionValues[index], text: label }));
       }
       read = () => {
         const chosen = selectValue(input);
-        const index = values.findIndex((value) => text(value) === chosen);
+        const index = optionValues.indexOf(chosen);
         return index < 0 ? chosen : values[index];
       };
       write = (value) => {
-        if (value !== undefined && !values.some((candidate) => text(candidate) === text(value))) {
+        // Matched by value and type: the text "true" or "2" from a link is not the boolean or the number.
+        let index = value === undefined ? 0 : values.findIndex((candidate) => candidate === value);
+        if (index < 0) {
           // A value from a link that the schema does not offer: keep it, so the core can name it.
-          input.append(el(doc, "option", { value: text(value), text: text(value) }));
+          const shown = typeof value === "string" ? value : JSON.stringify(value);
+          const optionValue = optionValues.includes(shown) ? JSON.stringify(shown) : shown;
+          input.append(el(doc, "option", { value: optionValue, text: shown }));
           values.push(value);
+          optionValues.push(optionValue);
+          index = values.length - 1;
         }
-        setSelectValue(input, text(value ?? values[0]));
+        setSelectValue(input, optionValues[index]);
       };
     } else if (spec.kind === "checkbox") {
       input = el(doc, "input", { id, name: path, type: "checkbox", "data-testid": testid });
@@ -239,6 +294,7 @@ export class SetupForm {
         input.value = value === undefined ? "" : JSON.stringify(value, null, 2);
       };
     }
+    if (spec.kind !== "select" && spec.kind !== "json") ({ read, write } = keepForeignValues(input, spec, read, write));
     const row = this.row(path, labelFor(path, schema), input, schema.description, hint);
     this.fields.set(path, { row, input, read, write, error: row.querySelector(".error") });
     if (hint.showIf) this.conditional.push({ node: row, showIf: hint.showIf });

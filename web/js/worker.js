@@ -46,6 +46,8 @@ const handlers = {
   architecture: ({ modelJson }) => bridge.architecture(modelJson),
   markdown: ({ reportJson, title }) => bridge.markdown(reportJson, title),
   compareMarkdown: ({ aJson, bJson, aLabel, bLabel }) => bridge.compare_markdown(aJson, bJson, aLabel, bLabel),
+  readFiles: ({ filesJson, formJson }) => bridge.read_files(filesJson, formJson),
+  writeFile: ({ setupJson, format }) => bridge.write_file(setupJson, format),
 };
 
 self.addEventListener("message", async (event) => {
