@@ -125,14 +125,16 @@ export class Engine {
 
   /**
    * Estimate a setup (an object); resolves to {ok, report | errors} or {superseded: true}.
-   * `suggestions: false` leaves out the report's suggestions, which cost most of the time.
+   * `suggestions: false` leaves out the report's suggestions, which cost most of the time;
+   * `reserveFraction` (with suggestions false) skips the CUDA allocator replay: the fast answer
+   * (the reserve is that fraction of the allocated peak; see trainmem_web.compute).
    */
-  async compute(setup, { suggestions = true } = {}) {
+  async compute(setup, { suggestions = true, reserveFraction = null } = {}) {
     await this.start();
     const setupJson = JSON.stringify(setup);
     return new Promise((resolve) => {
       if (this.queued) this.queued.resolve({ superseded: true });
-      this.queued = { setupJson, suggestions, resolve };
+      this.queued = { setupJson, suggestions, reserveFraction, resolve };
       this.drain();
     });
   }
@@ -187,11 +189,11 @@ export class Engine {
 
   async drain() {
     if (this.running || !this.queued) return;
-    const { setupJson, suggestions, resolve } = this.queued;
+    const { setupJson, suggestions, reserveFraction, resolve } = this.queued;
     this.queued = null;
     this.running = true;
     try {
-      resolve(JSON.parse(await this.call("compute", { setupJson, suggestions })));
+      resolve(JSON.parse(await this.call("compute", { setupJson, suggestions, reserveFraction })));
     } catch (error) {
       resolve(failedAnswer(error));
     } finally {

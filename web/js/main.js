@@ -32,6 +32,7 @@ const setupJsonNode = document.querySelector('[data-testid="setup-json"]');
 const notice = document.getElementById("results-notice");
 
 let report = null; // the report whose numbers are on screen
+let lastReplayed = data.default_report; // the last report whose allocator was replayed (its reserve scales the fast answers)
 let suggestions = []; // the suggestions on screen (the last report computed with them)
 let engineReady = false;
 const SUGGESTIONS_DELAY_MS = 150; // ask for suggestions once the reader pauses
@@ -67,7 +68,25 @@ function minimal(full) {
 
 // ---------------------------------------------------------------------------- results
 
-function showReport(next, { suggestionsPending = false, computedFor = minimal(setup) } = {}) {
+/**
+ * The fraction of the allocated peak that the caching allocator reserved on top in a replayed
+ * report (what the suggestions scale their trial estimates by), or null when nothing was replayed.
+ */
+function reserveFraction(replayed) {
+  const top = replayed?.ranks?.[replayed.heaviest_rank];
+  if (!top?.cuda?.replayed || !(top.peak_allocated_bytes > 0)) return null;
+  return Math.min(4, Math.max(0, (top.peak_reserved_bytes - top.peak_allocated_bytes) / top.peak_allocated_bytes));
+}
+
+/** True when no rank's numbers wait on a replay of the allocator (replayed, or not a CUDA setup). */
+function isReplayed(answer) {
+  return answer.ranks.every((rank) => !rank.cuda || rank.cuda.replayed);
+}
+
+function showReport(next, { suggestionsPending = false, computedFor = minimal(setup), cudaPending = false } = {}) {
+  // Until the replay answers, the reserve (and so the total and the verdict) is scaled from the last one.
+  resultsNode.dataset.cuda = cudaPending ? "pending" : "replayed";
+  if (!cudaPending && reserveFraction(next) !== null) lastReplayed = next;
   report = next;
   shownSetup = computedFor;
   if (!suggestionsPending) suggestions = next.suggestions;
@@ -201,8 +220,19 @@ async function recompute(asked = minimal(setup)) {
   }
   clearTimeout(suggestionsTimer);
   computeStarted = performance.now();
-  // The numbers first; the suggestions (each a re-run of the simulation) when the reader pauses.
-  const answer = await engine.compute(asked, { suggestions: false });
+  // The numbers first, with the allocator's reserve scaled from the last replay (the replay is
+  // most of an estimate's time); then the replayed numbers; the suggestions (each a re-run of the
+  // simulation) when the reader pauses.
+  const fast = await engine.compute(asked, { suggestions: false, reserveFraction: reserveFraction(lastReplayed) });
+  if (fast.superseded) return;
+  if (fast.ok && !isReplayed(fast.report)) {
+    form.clearErrors();
+    showReport(fast.report, { suggestionsPending: true, computedFor: asked, cudaPending: true });
+    const shown = performance.now();
+    document.documentElement.dataset.lastFastMs = (shown - computeStarted).toFixed(1);
+    document.documentElement.dataset.fastSetup = JSON.stringify(asked);
+  }
+  const answer = fast.ok && !isReplayed(fast.report) ? await engine.compute(asked, { suggestions: false }) : fast;
   if (answer.superseded) return;
   const answered = performance.now();
   if (answer.ok) {

@@ -61,16 +61,41 @@ def _path_instead_of_contents(model: Any) -> bool:
 _PATH_MESSAGE = "paste or drop the config.json's contents; the page does not read files by path"
 
 
-def compute(setup_json: str, suggestions: bool = True) -> str:
+def compute(setup_json: str, suggestions: bool = True, reserve_fraction: Any = None) -> str:
     """Validate a setup (JSON text) and estimate it; the answer is JSON text.
 
     Suggestions re-run the simulation for each candidate change (most of estimate's time), so
     the page first asks without them, shows the numbers, then asks again with them.
+
+    ``reserve_fraction`` (a number, or None): the fast answer. The replay of the step's
+    allocations through the model of PyTorch's caching allocator (trainmem.cuda) is most of an
+    estimate without suggestions; with a fraction the reserve is instead that fraction of the
+    allocated peak — the core's own ``trainmem.cuda.memory.scaled_reserve``, which its suggestions
+    use for their trial estimates — and each rank's ``cuda.replayed`` is false. The page passes the
+    fraction of its last replayed report, shows that answer at once and asks again without it.
     """
     try:
-        return _compute(setup_json, bool(suggestions))
+        fraction = _reserve_fraction(reserve_fraction)
+        if fraction is None:
+            return _compute(setup_json, bool(suggestions))
+        from trainmem.cuda.memory import scaled_reserve
+
+        with scaled_reserve(fraction):
+            return _compute(setup_json, False)
     except Exception as exc:  # noqa: BLE001 - the worker must always get an answer
         return _failure("", f"internal error ({type(exc).__name__}: {exc})")
+
+
+MAX_RESERVE_FRACTION = 4.0
+"""A reserve of more than 4 × the allocated peak is no replay's outcome: such a fraction is refused."""
+
+
+def _reserve_fraction(value: Any) -> float | None:
+    if value is None or type(value).__name__ == "JsNull":  # Pyodide passes JavaScript's null as jsnull
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_RESERVE_FRACTION:
+        raise ValueError(f"reserve_fraction: expected a number from 0 to {MAX_RESERVE_FRACTION}, got {value!r}")
+    return float(value)
 
 
 def _compute(setup_json: str, suggestions: bool) -> str:
