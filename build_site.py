@@ -69,6 +69,29 @@ IMPORT_CASES = [
     {"model": {"preset": "llama-3-8b"}, "parallelism": {"num_gpus": 3, "tensor_parallel_size": 2}},
 ]
 
+# Trainer files the import measurement reads through the bridge (read_files), one set per reader:
+# YAML and JSON, a linked DeepSpeed config with "auto" values, and a file that does not parse.
+_DS_AUTO = json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+                       "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
+                       "gradient_accumulation_steps": "auto"})
+TRAINER_FILE_CASES = [
+    {"axolotl.yaml": "base_model: meta-llama/Llama-3.1-8B\nadapter: qlora\nload_in_4bit: true\nlora_r: 16\n"
+                     "lora_target_linear: true\nmicro_batch_size: 2\nsequence_len: 2048\nsample_packing: true\n"
+                     "bf16: auto\ngradient_checkpointing: true\ndeepspeed: ds.json\n", "ds.json": _DS_AUTO},
+    {"sft.json": json.dumps({"model_name_or_path": "Qwen/Qwen2.5-7B", "per_device_train_batch_size": 4, "bf16": True,
+                             "optim": "adamw_torch_fused", "gradient_checkpointing": True, "max_length": 2048,
+                             "packing": True, "use_liger_kernel": True})},
+    {"lf.yaml": "model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nstage: sft\nfinetuning_type: lora\n"
+                "lora_target: all\nlora_rank: 8\ncutoff_len: 2048\nper_device_train_batch_size: 1\n"
+                "gradient_accumulation_steps: 8\nbf16: true\nquantization_bit: 4\n"},
+    {"accelerate.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nmixed_precision: bf16\n"
+                        "num_processes: 8\nfsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_version: 2\n"},
+    {"adapter_config.json": json.dumps({"peft_type": "LORA", "r": 32, "target_modules": ["q_proj", "v_proj"],
+                                        "lora_dropout": 0.05, "use_dora": True})},
+    {"ds.json": _DS_AUTO},
+    {"broken.yaml": "a: [1, 2\n"},
+]
+
 # Pyodide's core: the files loadPyodide() fetches (no packages from its CDN index are used).
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 PYODIDE_PLATFORM = ("--platform", "pyemscripten_2026_0_wasm32", "--python-version", "3.14", "--implementation", "cp", "--abi", "cp314")
@@ -337,7 +360,7 @@ def build(site: Path) -> dict:
     wheels += [wheel.name for wheel in pure_python_wheels(wheels_dir)]
     with tempfile.TemporaryDirectory() as scratch:
         cases, keep = Path(scratch) / "cases.json", Path(scratch) / "keep.json"
-        cases.write_text(json.dumps(IMPORT_CASES))
+        cases.write_text(json.dumps({"setups": IMPORT_CASES, "trainer_files": TRAINER_FILE_CASES}))
         log("measuring which standard-library modules the page imports (Pyodide under Node)")
         run(["node", str(WEB / "tools" / "measure_imports.mjs"), str(staging), str(cases), str(keep)])
         log("compiling the standard library and the wheels to Python 3.14 bytecode (Pyodide under Node)")

@@ -282,6 +282,15 @@ def test_a_link_reads_like_the_core(page, guard, site_url, tmp_path):
     assert_page_matches_cli(page, tmp_path)
 
 
+def _wait_layers(page, layers: int) -> None:
+    page.wait_for_function(
+        """(layers) => JSON.parse(document.querySelector('[data-testid="setup-json"]').textContent).model.hf_config
+                       ?.num_hidden_layers === layers""",
+        arg=layers,
+        timeout=120_000,
+    )
+
+
 def test_a_dropped_or_chosen_config_json_is_the_model(page, guard, site_url, tmp_path):
     config = {
         "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
@@ -297,11 +306,14 @@ def test_a_dropped_or_chosen_config_json_is_the_model(page, guard, site_url, tmp
         json.dumps(config),
     )
     page.dispatch_event("#results", "drop", {"dataTransfer": transfer})
+    # The file is read asynchronously (and, dropped, by the engine's trainer-file reader): wait for it.
+    _wait_layers(page, 24)
     assert wait_computed(page)["model"] == {"hf_config": config}
     assert_page_matches_cli(page, tmp_path)
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**config, "num_hidden_layers": 12}))
     page.locator("#config-file").set_input_files(str(path))
+    _wait_layers(page, 12)
     assert wait_computed(page)["model"]["hf_config"]["num_hidden_layers"] == 12
     assert_page_matches_cli(page, tmp_path)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-import pytest
-from browser_helpers import ENGINE_TIMEOUT_MS, page_numbers, setup_json, wait_computed, wait_engine_ready
+from browser_helpers import ENGINE_TIMEOUT_MS, assert_page_matches_cli, page_numbers, setup_json, wait_computed, wait_engine_ready
 
 ARCHITECTURE = {
     "vocab_size": 1000,
@@ -146,15 +145,82 @@ def test_a_hostile_pasted_config_gets_an_inline_message(page, guard, site_url):
     _assert_responsive(page)
 
 
-@pytest.mark.xfail(reason="the form reads a hash's text into its inputs (page helper: web/js/form.js)", strict=False)
 def test_a_quoted_boolean_in_the_hash_is_not_read_as_true(page, guard, site_url):
-    """``parallelism.sequence_parallel="false"`` is text: on a first load the core refuses it, but a
-    changed hash goes through the form, whose checkbox takes any non-empty text as checked."""
+    """``parallelism.sequence_parallel="false"`` is text: a changed hash goes through the form, which
+    keeps the text (the checkbox cannot show it) so that the core names it, instead of reading it as
+    checked; once the reader ticks the box the value is a boolean again."""
     page.goto(site_url)
     wait_engine_ready(page)
-    _go(
-        page,
-        "model.preset=llama-2-7b&parallelism.num_gpus=2&parallelism.tensor_parallel_size=2"
-        "&parallelism.sequence_parallel=%22false%22",
+    wait_computed(page)
+    base = "model.preset=llama-2-7b&parallelism.num_gpus=2&parallelism.tensor_parallel_size=2"
+    _go(page, base + "&parallelism.sequence_parallel=%22false%22")
+    assert setup_json(page)["parallelism"]["sequence_parallel"] == "false"
+    messages = _inline_messages(page)
+    assert any("expected true or false" in text for text in messages), messages
+    box = page.get_by_test_id("input-parallelism.sequence_parallel")
+    assert not box.is_checked()
+    box.check()
+    assert wait_computed(page)["parallelism"]["sequence_parallel"] is True
+    assert _inline_messages(page) == []
+
+
+def _overlap_select(page):
+    return page.get_by_test_id("input-parallelism.zero_overlap_comm")
+
+
+def test_a_nullable_boolean_in_the_hash_selects_default_true_or_false(page, guard, site_url):
+    """``zero_overlap_comm`` is true, false or null (DeepSpeed's own default): a link's ``true`` and
+    ``false`` choose those options, no value chooses Default, and the text ``"true"`` is not the boolean."""
+    base = "model.preset=gpt2&parallelism.num_gpus=2&parallelism.strategy=zero&parallelism.zero_stage=2"
+    page.goto(f"{site_url}#{base}&parallelism.zero_overlap_comm=false")
+    wait_engine_ready(page)
+    assert wait_computed(page)["parallelism"]["zero_overlap_comm"] is False
+    assert _overlap_select(page).input_value() == "false"
+    for value, option, expected in (("true", "true", True), ("false", "false", False)):
+        _go(page, f"{base}&parallelism.zero_overlap_comm={value}")
+        assert setup_json(page)["parallelism"]["zero_overlap_comm"] is expected
+        assert _overlap_select(page).input_value() == option
+        assert _inline_messages(page) == []
+    _go(page, base)
+    assert "zero_overlap_comm" not in setup_json(page)["parallelism"]
+    assert _overlap_select(page).input_value() == ""  # Default
+    _go(page, f"{base}&parallelism.zero_overlap_comm=%22true%22")
+    assert setup_json(page)["parallelism"]["zero_overlap_comm"] == "true"
+    messages = _inline_messages(page)
+    assert any("expected true or false" in text for text in messages), messages
+    _overlap_select(page).select_option("true")
+    assert wait_computed(page)["parallelism"]["zero_overlap_comm"] is True
+    assert _inline_messages(page) == []
+
+
+SET_COMPUTE_LIMIT = """async (limitMs) => {
+    const { engine } = await import(new URL("js/boot.js", location.href).href);
+    engine.computeLimitMs = limitMs;
+}"""
+
+
+def test_a_compute_past_the_limit_is_cancelled_and_the_engine_restarts(page, guard, site_url, tmp_path):
+    """A request that runs past the engine's limit (lowered here to 1 ms, so that every compute is
+    "long") is cancelled: the worker is terminated and booted again, the page says so inline, and
+    with the usual limit the next change computes the CLI's numbers."""
+    page.goto(f"{site_url}#{VALID_HASH}")
+    wait_engine_ready(page)
+    wait_computed(page)
+    page.evaluate(SET_COMPUTE_LIMIT, 1)
+    page.get_by_test_id("input-micro_batch_size").fill("3")
+    form_error = page.get_by_test_id("form-error")
+    form_error.wait_for()
+    assert "was cancelled" in form_error.text_content()
+    assert "was cancelled" in page.locator("#results-notice").text_content()
+    assert page.locator("#results").get_attribute("aria-busy") != "true"
+    page.wait_for_function(
+        """() => document.getElementById("engine-status").dataset.state === "ready"
+            && document.getElementById("engine-label").textContent.includes("restarted")""",
+        timeout=ENGINE_TIMEOUT_MS,
     )
-    assert setup_json(page).get("parallelism", {}).get("sequence_parallel") is not True
+    assert page.get_by_test_id("engine-progress").is_hidden()
+    page.evaluate(SET_COMPUTE_LIMIT, 120_000)
+    page.get_by_test_id("input-micro_batch_size").fill("4")
+    assert wait_computed(page)["micro_batch_size"] == 4
+    assert _inline_messages(page) == []
+    assert_page_matches_cli(page, tmp_path)

@@ -52,19 +52,23 @@ if (mode === "estimate") {
     pyodide.FS.writeFile(`/home/pyodide/${name}`, readFileSync(join(site, "py", name), "utf8"));
   }
   const bridge = pyodide.pyimport("trainmem_web");
-  const cases = JSON.parse(readFileSync(casesPath, "utf8"));
+  // CASES.json: [setup, ...], or {setups, trainer_files: [{name: text}, ...], form, formats}
+  const raw = JSON.parse(readFileSync(casesPath, "utf8"));
+  const cases = Array.isArray(raw) ? raw : raw.setups;
   const answers = cases.map((setup) => {
     const answer = JSON.parse(bridge.compute(JSON.stringify(setup)));
     if (answer.ok) answer.markdown = bridge.markdown(JSON.stringify(answer.report), "");
     return answer;
   });
+  const trainerFiles = Array.isArray(raw) ? [] : raw.trainer_files.map((files) => JSON.parse(bridge.read_files(JSON.stringify(files), JSON.stringify(raw.form))));
+  const written = Array.isArray(raw) ? [] : raw.formats.map((format) => JSON.parse(bridge.write_file(JSON.stringify(raw.form), format)));
   const stdlib = pyodide.runPython("import sys; [p for p in sys.path if p.endswith('.zip')][0]");
   const yaml = pyodide.runPython(`
 import json, yaml
 from trainmem.files import parse_yaml_text
 json.dumps({"with_libyaml": yaml.__with_libyaml__, "version": yaml.__version__,
             "parsed": parse_yaml_text("trainer:\\n  lr: 2.0e-5\\n  layers: [1, 2]\\n", "config.yaml")})`);
-  answers.push({ stdlib_zip: stdlib, yaml: JSON.parse(yaml) });
+  answers.push({ stdlib_zip: stdlib, yaml: JSON.parse(yaml), trainer_files: trainerFiles, written });
   writeFileSync(outPath, JSON.stringify(answers));
 } else if (mode === "pytest") {
   const [testWheelsDir, repoDir, ...pytestArgs] = rest;

@@ -64,3 +64,22 @@ def test_the_site_computes_like_cpython(site, tmp_path):
         if cpython["ok"]:
             cpython["markdown"] = trainmem_web.markdown(json.dumps(cpython["report"]))
         assert wasm == cpython, f"the site's Pyodide and CPython disagree for {setup}"
+
+
+def test_the_site_reads_and_writes_trainer_files_like_cpython(site, tmp_path):
+    """The page's trainer-file reader and writers (trainmem.inputs, PyYAML) on the pruned standard library."""
+    from build_site import DEFAULT_SETUP, TRAINER_FILE_CASES
+
+    sys.path[:0] = [str(ROOT / "web" / "py")]
+    import trainmem_web
+
+    formats = [entry["format"] for entry in trainmem_web.file_formats()]
+    cases = {"setups": [], "trainer_files": TRAINER_FILE_CASES, "form": DEFAULT_SETUP, "formats": formats}
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    subprocess.run(["node", str(HERE / "run_in_pyodide.mjs"), "site", str(site), str(tmp_path / "cases.json"),
+                    str(tmp_path / "answers.json")], check=True, timeout=600)
+    (info,) = json.loads((tmp_path / "answers.json").read_text())
+    form = json.dumps(DEFAULT_SETUP)
+    assert info["trainer_files"] == [json.loads(trainmem_web.read_files(json.dumps(files), form)) for files in TRAINER_FILE_CASES]
+    assert sum(answer["ok"] for answer in info["trainer_files"]) >= 5
+    assert info["written"] == [json.loads(trainmem_web.write_file(form, name)) for name in formats]

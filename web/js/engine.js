@@ -2,6 +2,22 @@
 //
 // compute() always answers the latest request: while one runs, newer requests replace the
 // queued one, and the replaced promises resolve to {superseded: true}.
+//
+// A request that runs longer than `computeLimitMs` (none should: the core bounds every size, and
+// its slowest accepted setup estimates in well under a second on CPython) is cancelled: Python in a
+// worker cannot be interrupted, so the worker is terminated and a new one boots in its place; the
+// cancelled compute resolves to {ok: false, cancelled: true, errors: [one message saying so]}.
+
+/** The default limit of one request to the engine, in milliseconds (generous: a phone is slow). */
+export const COMPUTE_LIMIT_MS = 30_000;
+
+export class EngineCancelled extends Error {}
+
+/** The message of a cancelled compute, for the page to show inline. */
+export function cancelledMessage(limitMs) {
+  const seconds = limitMs >= 1000 ? `${Math.round(limitMs / 1000)} s` : `${limitMs} ms`;
+  return `The computation ran longer than ${seconds} and was cancelled (the Python engine restarts). Change a value to try again.`;
+}
 
 export class Engine {
   constructor({ workerUrl, wheels, modules, onProgress }) {
@@ -16,6 +32,8 @@ export class Engine {
     this.pending = new Map(); // id -> {resolve, reject}
     this.running = false;
     this.queued = null; // {setupJson, resolve}
+    this.computeLimitMs = COMPUTE_LIMIT_MS; // a public setting (tests lower it)
+    this.restarts = 0; // how many times a cancelled request restarted the worker
   }
 
   /** Who hears about loading progress; a late listener first hears the latest message. */
@@ -27,26 +45,68 @@ export class Engine {
   /** Start loading Pyodide (idempotent); resolves when trainmem is imported. */
   start() {
     if (this.ready) return this.ready;
-    this.worker = new Worker(this.workerUrl, { type: "module" });
-    this.worker.addEventListener("message", (event) => this.receive(event.data));
-    this.worker.addEventListener("error", (event) => {
+    const worker = new Worker(this.workerUrl, { type: "module" });
+    this.worker = worker;
+    worker.addEventListener("message", (event) => worker === this.worker && this.receive(event.data));
+    worker.addEventListener("error", (event) => {
+      if (worker !== this.worker) return;
       for (const { reject } of this.pending.values()) reject(new Error(event.message || "the engine failed"));
       this.pending.clear();
     });
-    this.ready = this.call("boot", { wheels: this.wheels, modules: this.modules });
+    this.ready = this.post("boot", { wheels: this.wheels, modules: this.modules });
     return this.ready;
+  }
+
+  /**
+   * Terminate the worker (Python cannot be interrupted otherwise), fail what it was doing with
+   * EngineCancelled, and boot a new one in the background.
+   */
+  restart(reason) {
+    const worker = this.worker;
+    this.worker = null;
+    this.ready = null;
+    if (worker) worker.terminate();
+    const error = new EngineCancelled(reason);
+    for (const { reject } of this.pending.values()) reject(error);
+    this.pending.clear();
+    this.restarts += 1;
+    this.start().catch(() => {}); // a failed boot is reported to the next caller of start()
   }
 
   get started() {
     return this.ready !== null;
   }
 
-  call(type, payload) {
+  /** Send one message to the current worker; resolves to its answer. */
+  post(type, payload) {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
       this.worker.postMessage({ id, type, ...payload });
     });
+  }
+
+  /**
+   * A request to the booted engine, cancelled (the worker restarted) when it has not answered
+   * within computeLimitMs; rejects with EngineCancelled then.
+   */
+  async call(type, payload) {
+    await this.start();
+    const limitMs = this.computeLimitMs;
+    let timer = null;
+    const answer = this.post(type, payload);
+    const expired = new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        this.restart(cancelledMessage(limitMs));
+        reject(new EngineCancelled(cancelledMessage(limitMs)));
+      }, limitMs);
+    });
+    try {
+      return await Promise.race([answer, expired]);
+    } finally {
+      clearTimeout(timer);
+      answer.catch(() => {}); // rejected by the restart when it lost the race
+    }
   }
 
   receive(message) {
@@ -65,14 +125,16 @@ export class Engine {
 
   /**
    * Estimate a setup (an object); resolves to {ok, report | errors} or {superseded: true}.
-   * `suggestions: false` leaves out the report's suggestions, which cost most of the time.
+   * `suggestions: false` leaves out the report's suggestions, which cost most of the time;
+   * `reserveFraction` (with suggestions false) skips the CUDA allocator replay: the fast answer
+   * (the reserve is that fraction of the allocated peak; see trainmem_web.compute).
    */
-  async compute(setup, { suggestions = true } = {}) {
+  async compute(setup, { suggestions = true, reserveFraction = null } = {}) {
     await this.start();
     const setupJson = JSON.stringify(setup);
     return new Promise((resolve) => {
       if (this.queued) this.queued.resolve({ superseded: true });
-      this.queued = { setupJson, suggestions, resolve };
+      this.queued = { setupJson, suggestions, reserveFraction, resolve };
       this.drain();
     });
   }
@@ -82,20 +144,42 @@ export class Engine {
    * Markdown report): never superseded; resolves to {ok, report | errors}.
    */
   async computeOnce(setup, { suggestions = false } = {}) {
-    await this.start();
-    return JSON.parse(await this.call("compute", { setupJson: JSON.stringify(setup), suggestions }));
+    try {
+      return JSON.parse(await this.call("compute", { setupJson: JSON.stringify(setup), suggestions }));
+    } catch (error) {
+      return failedAnswer(error);
+    }
   }
 
   /** A report (an object) as Markdown, by the core's trainmem.render_markdown. */
   async markdown(report, title = "") {
-    await this.start();
     return this.call("markdown", { reportJson: JSON.stringify(report), title });
   }
 
   /** Report B against report A (objects) as the core's Markdown comparison (trainmem.compare). */
   async compareMarkdown(a, b, aLabel, bLabel) {
-    await this.start();
     return this.call("compareMarkdown", { aJson: JSON.stringify(a), bJson: JSON.stringify(b), aLabel, bLabel });
+  }
+
+  /**
+   * Read trainer files ({filename: text}) against the form's full setup: resolves to the bridge's
+   * answer, {ok, mode, setup, kept_from_form, keys} or {ok: false, errors} (trainmem_web.read_files).
+   */
+  async readFiles(files, formSetup) {
+    try {
+      return JSON.parse(await this.call("readFiles", { filesJson: JSON.stringify(files), formJson: JSON.stringify(formSetup) }));
+    } catch (error) {
+      return failedAnswer(error);
+    }
+  }
+
+  /** A setup as a trainer's file (deepspeed, accelerate, axolotl, trl): {ok, filename, text, notes} or {ok: false, errors}. */
+  async writeFile(setup, format) {
+    try {
+      return JSON.parse(await this.call("writeFile", { setupJson: JSON.stringify(setup), format }));
+    } catch (error) {
+      return failedAnswer(error);
+    }
   }
 
   /** True while nothing is computing or waiting (the page asks for suggestions only then). */
@@ -105,23 +189,33 @@ export class Engine {
 
   async drain() {
     if (this.running || !this.queued) return;
-    const { setupJson, suggestions, resolve } = this.queued;
+    const { setupJson, suggestions, reserveFraction, resolve } = this.queued;
     this.queued = null;
     this.running = true;
     try {
-      resolve(JSON.parse(await this.call("compute", { setupJson, suggestions })));
+      resolve(JSON.parse(await this.call("compute", { setupJson, suggestions, reserveFraction })));
     } catch (error) {
-      resolve({ ok: false, errors: [{ path: "", message: `internal error: ${error.message}` }] });
+      resolve(failedAnswer(error));
     } finally {
       this.running = false;
       this.drain();
     }
   }
 
-  /** The Architecture the core reads from a model spec, or null. */
+  /** The Architecture the core reads from a model spec, or null (also when it was cancelled). */
   async architecture(model) {
-    await this.start();
-    const answer = JSON.parse(await this.call("architecture", { modelJson: JSON.stringify(model) }));
-    return answer.ok ? answer.architecture : null;
+    try {
+      const answer = JSON.parse(await this.call("architecture", { modelJson: JSON.stringify(model) }));
+      return answer.ok ? answer.architecture : null;
+    } catch (error) {
+      if (error instanceof EngineCancelled) return null;
+      throw error;
+    }
   }
+}
+
+/** The answer of a compute that failed in the engine: cancelled after the limit, or an internal error. */
+function failedAnswer(error) {
+  if (error instanceof EngineCancelled) return { ok: false, cancelled: true, errors: [{ path: "", message: error.message }] };
+  return { ok: false, errors: [{ path: "", message: `internal error: ${error.message}` }] };
 }

@@ -73,6 +73,113 @@ function leafKind(schema, root) {
   return { kind: "json", nullable };
 }
 
+/** The branches of a union, with unions nested in it (Optional[Annotated[A | B, discriminator]]) laid flat. */
+function flatBranches(schema, root, found = { branches: [], discriminator: null }) {
+  if (schema.discriminator?.propertyName) found.discriminator = schema.discriminator.propertyName;
+  for (const branch of branches(schema, root)) {
+    if (branch.anyOf || branch.oneOf) flatBranches(branch, root, found);
+    else found.branches.push(branch);
+  }
+  return found;
+}
+
+/** The one value a schema allows (a Literal: const, or an enum of one), or undefined. */
+function constOf(schema) {
+  if (!schema) return undefined;
+  if (schema.const !== undefined) return schema.const;
+  return Array.isArray(schema.enum) && schema.enum.length === 1 ? schema.enum[0] : undefined;
+}
+
+/**
+ * How a union of objects is shown: {kind: "optional", branches: [one], nullable} for an optional
+ * object, {kind: "union", key, branches: [{value, schema}], nullable} for a union told apart by a
+ * discriminator (the schema's, or a key every branch fixes to its own constant), or null (any other
+ * field: a leaf input).
+ */
+export function compositeShape(schema, root) {
+  const { branches: options, discriminator } = flatBranches(schema, root);
+  if (!options.length) return null;
+  const nonNull = options.filter((branch) => branch.type !== "null");
+  const nullable = nonNull.length < options.length;
+  const objects = nonNull.filter((branch) => branch.properties && !isFreeForm(branch));
+  if (!objects.length || objects.length !== nonNull.length) return null;
+  if (objects.length === 1) return nullable ? { kind: "optional", branches: [{ value: null, schema: objects[0] }], nullable } : null;
+  const valueOf = (branch, key) => constOf(resolve(branch.properties[key] || {}, root));
+  const distinct = (key) => {
+    const values = objects.map((branch) => valueOf(branch, key));
+    return values.every((value) => value !== undefined) && new Set(values.map(String)).size === values.length;
+  };
+  const key = discriminator && distinct(discriminator) ? discriminator : Object.keys(objects[0].properties).find(distinct);
+  if (!key) return null;
+  return { kind: "union", key, branches: objects.map((branch) => ({ value: valueOf(branch, key), schema: branch })), nullable };
+}
+
+/** An object of the children's values; unset ones (null, "") are left out, for the core's defaults. */
+function readChildren(children) {
+  const value = {};
+  for (const child of children) {
+    const item = child.control.read();
+    if (item === null || item === "" || item === undefined) continue;
+    value[child.key] = item;
+  }
+  return value;
+}
+
+function writeChildren(children, value) {
+  for (const child of children) {
+    const item = isPlainObject(value) && child.key in value ? value[child.key] : child.schema.default;
+    child.control.write(item === undefined ? null : item);
+  }
+}
+
+/** Whether an input of this kind can show a value exactly (and read it back unchanged). */
+function holds(spec, value) {
+  if (value === undefined) return true;
+  if (value === null) return spec.nullable;
+  switch (spec.kind) {
+    case "checkbox":
+      return typeof value === "boolean";
+    case "number":
+      return typeof value === "number" && Number.isFinite(value) && (!spec.integer || Number.isInteger(value));
+    case "list":
+      return value === spec.constant || (Array.isArray(value) && value.every((item) => typeof item === "string" && !item.includes(",")));
+    case "text":
+      return typeof value === "string";
+    default:
+      return true;
+  }
+}
+
+/**
+ * A value from a link (or a trainer file) that an input cannot hold — the text "false" for a
+ * checkbox, an object for a number — is kept as it is until the reader edits that input, so
+ * the core names it next to the field instead of the form silently turning it into another value.
+ */
+function keepForeignValues(input, spec, read, write) {
+  let foreign = null; // {value} while the input stands for a value it cannot show
+  const forget = () => {
+    foreign = null;
+    input.removeAttribute("data-foreign");
+  };
+  input.addEventListener("input", forget);
+  input.addEventListener("change", forget);
+  return {
+    read: () => (foreign ? foreign.value : read()),
+    write: (value) => {
+      if (holds(spec, value)) {
+        forget();
+        write(value);
+        return;
+      }
+      foreign = { value };
+      input.setAttribute("data-foreign", typeof value === "string" ? value : JSON.stringify(value) ?? String(value));
+      if (spec.kind === "checkbox") write(false);
+      else if (spec.kind === "number") write(null);
+      else write(typeof value === "string" ? value : JSON.stringify(value) ?? "");
+    },
+  };
+}
+
 export class SetupForm {
   /**
    * @param {HTMLElement} container  where the form goes
@@ -146,8 +253,21 @@ export class SetupForm {
     (isAdvanced(path) ? advanced : simple).append(row);
   }
 
-  /** A labelled row with one input for a leaf field. */
-  leaf(path, schema, { catalog } = {}) {
+  /**
+   * A labelled row for a field: one input, or for an optional object or a discriminated union a
+   * chooser with the chosen branch's fields (buildComposite). Registered in this.fields.
+   */
+  leaf(path, schema, options = {}) {
+    const hint = hintFor(path);
+    const shape = hint.widget ? null : compositeShape(schema, this.schema);
+    const field = shape ? this.buildComposite(path, schema, shape) : this.buildLeaf(path, schema, options);
+    this.fields.set(path, field);
+    if (hint.showIf) this.conditional.push({ node: field.row, showIf: hint.showIf });
+    return field.row;
+  }
+
+  /** A labelled row with one input for a leaf field: {row, input, read, write, error}. */
+  buildLeaf(path, schema, { catalog } = {}) {
     const doc = this.doc;
     const hint = hintFor(path);
     const id = idFor(path);
@@ -167,22 +287,29 @@ export class SetupForm {
       // Option values are the field's values as text ("" for null), so the DOM says what is chosen.
       const values = spec.nullable ? [null, ...spec.values] : [...spec.values];
       const text = (value) => (value === null ? "" : String(value));
-      for (const value of values) {
+      const optionValues = values.map(text);
+      for (const [index, value] of values.entries()) {
         const label = spec.labels?.[value] ?? hint.options?.[String(value)] ?? (value === null ? "Default" : String(value));
-        input.append(el(doc, "option", { value: text(value), text: label }));
+        input.append(el(doc, "option", { value: optionValues[index], text: label }));
       }
       read = () => {
         const chosen = selectValue(input);
-        const index = values.findIndex((value) => text(value) === chosen);
+        const index = optionValues.indexOf(chosen);
         return index < 0 ? chosen : values[index];
       };
       write = (value) => {
-        if (value !== undefined && !values.some((candidate) => text(candidate) === text(value))) {
+        // Matched by value and type: the text "true" or "2" from a link is not the boolean or the number.
+        let index = value === undefined ? 0 : values.findIndex((candidate) => candidate === value);
+        if (index < 0) {
           // A value from a link that the schema does not offer: keep it, so the core can name it.
-          input.append(el(doc, "option", { value: text(value), text: text(value) }));
+          const shown = typeof value === "string" ? value : JSON.stringify(value);
+          const optionValue = optionValues.includes(shown) ? JSON.stringify(shown) : shown;
+          input.append(el(doc, "option", { value: optionValue, text: shown }));
           values.push(value);
+          optionValues.push(optionValue);
+          index = values.length - 1;
         }
-        setSelectValue(input, text(value ?? values[0]));
+        setSelectValue(input, optionValues[index]);
       };
     } else if (spec.kind === "checkbox") {
       input = el(doc, "input", { id, name: path, type: "checkbox", "data-testid": testid });
@@ -239,10 +366,100 @@ export class SetupForm {
         input.value = value === undefined ? "" : JSON.stringify(value, null, 2);
       };
     }
+    if (spec.kind !== "select" && spec.kind !== "json") ({ read, write } = keepForeignValues(input, spec, read, write));
     const row = this.row(path, labelFor(path, schema), input, schema.description, hint);
-    this.fields.set(path, { row, input, read, write, error: row.querySelector(".error") });
-    if (hint.showIf) this.conditional.push({ node: row, showIf: hint.showIf });
-    return row;
+    return { row, input, read, write, error: row.querySelector(".error") };
+  }
+
+  /**
+   * Any value's control, unregistered (the fields of a composite's branches): a composite, a
+   * plain object's fields, or a leaf. {row, read, write}.
+   */
+  buildValue(path, schema) {
+    const shape = compositeShape(schema, this.schema);
+    if (shape) return this.buildComposite(path, schema, shape);
+    if (schema.properties && !isAtomic(schema, this.schema) && !isFreeForm(schema)) {
+      const children = Object.entries(schema.properties).map(([key, child]) => {
+        const childSchema = resolve(child, this.schema);
+        return { key, schema: childSchema, control: this.buildValue(`${path}.${key}`, childSchema) };
+      });
+      const row = el(this.doc, "div", { class: "subfields", "data-field": path }, children.map((c) => c.control.row));
+      return { row, read: () => readChildren(children), write: (value) => writeChildren(children, value) };
+    }
+    return this.buildLeaf(path, schema);
+  }
+
+  /**
+   * An optional object (None, or its fields) or a discriminated union (one branch's fields, chosen
+   * by its discriminator): a select, and under it the chosen branch's fields, built from the schema
+   * like every other field. The value is replaced whole (the setup's atomic fields).
+   */
+  buildComposite(path, schema, shape) {
+    const doc = this.doc;
+    const hint = hintFor(path);
+    const id = idFor(path);
+    const select = el(doc, "select", { id, name: path, "data-testid": `input-${path}` });
+    const choices = []; // {option value, branch | null}
+    if (shape.nullable) choices.push({ value: "", label: hint.options?.null ?? "None (default)", branch: null });
+    const keyCounts = new Map();
+    for (const branch of shape.branches) for (const key of Object.keys(branch.schema.properties)) keyCounts.set(key, (keyCounts.get(key) || 0) + 1);
+    for (const branch of shape.branches) {
+      const value = shape.kind === "union" ? String(branch.value) : "set";
+      const label = shape.kind === "union" ? hint.options?.[value] ?? branch.schema.title ?? value : hint.options?.set ?? "Set";
+      const children = Object.entries(branch.schema.properties)
+        .filter(([key]) => key !== shape.key)
+        .map(([key, child]) => {
+          const childSchema = resolve(child, this.schema);
+          // A key in several branches gets the branch in its path, so that ids stay unique.
+          const childPath = keyCounts.get(key) > 1 ? `${path}.${key}@${value}` : `${path}.${key}`;
+          return { key, schema: childSchema, control: this.buildValue(childPath, childSchema) };
+        });
+      const box = el(doc, "div", { class: "subfields", "data-field": path, "data-branch": value }, children.map((c) => c.control.row));
+      choices.push({ value, label, branch: { ...branch, children, box } });
+    }
+    for (const choice of choices) {
+      select.append(el(doc, "option", { value: choice.value, text: choice.label }));
+      if (choice.branch) writeChildren(choice.branch.children, {}); // a branch chosen later starts from its defaults
+    }
+    const row = this.row(path, labelFor(path, schema), select, schema.description, hint);
+    row.classList.add("composite");
+    for (const choice of choices) if (choice.branch) row.append(choice.branch.box);
+    let foreign = null; // {value} from a link that matches no branch: kept for the core to name
+    const chosen = () => choices.find((choice) => choice.value === selectValue(select)) || choices[0];
+    const showChosen = () => {
+      const current = chosen();
+      for (const choice of choices) if (choice.branch) choice.branch.box.hidden = choice !== current;
+    };
+    select.addEventListener("change", () => {
+      foreign = null;
+      showChosen();
+    });
+    const read = () => {
+      if (foreign) return foreign.value;
+      const { branch } = chosen();
+      if (!branch) return null;
+      const value = readChildren(branch.children);
+      return shape.kind === "union" ? { [shape.key]: branch.value, ...value } : value;
+    };
+    const write = (value) => {
+      foreign = null;
+      if (value === null || value === undefined) {
+        setSelectValue(select, choices[0].value);
+        if (choices[0].branch) writeChildren(choices[0].branch.children, {});
+      } else {
+        const match = !isPlainObject(value)
+          ? null
+          : choices.find((choice) => choice.branch && (shape.kind === "optional" || choice.branch.value === value[shape.key]));
+        if (!match) foreign = { value };
+        else {
+          setSelectValue(select, match.value);
+          writeChildren(match.branch.children, value);
+        }
+      }
+      showChosen();
+    };
+    showChosen();
+    return { row, input: select, read, write, error: row.querySelector(".error") };
   }
 
   row(path, label, input, description, hint = {}) {

@@ -11,6 +11,7 @@ import { cliCommand, copyText, embedSnippet, encodeSnapshot, pythonSnippet } fro
 import { applyCouplings } from "./hints.js";
 import { decodeHash, deepEqual, encodeHash, flatten, minimalSetup, overlay } from "./setup.js";
 import { setProgress, describeSetup } from "./status.js";
+import { TrainerFiles } from "./files.js";
 
 performance.mark("trainmem:main-start");
 const data = JSON.parse(document.getElementById("app-data").textContent);
@@ -20,13 +21,18 @@ const pageDefault = overlay(data.core_defaults, data.default_setup, schema);
 // ---------------------------------------------------------------------------- engine
 
 // boot.js (an async module in the page's head) started the worker before this module ran.
-engine.onProgress = (message) => setProgress(message.fraction, message.label);
+engine.onProgress = (message) => {
+  const restarted = engine.restarts > 0; // only after a cancelled request, so after the first boot
+  if (restarted && message.stage === "ready") setProgress(1, "Python engine restarted after a cancelled computation: ready.");
+  else setProgress(message.fraction, restarted ? `Restarting the Python engine: ${message.label}` : message.label);
+};
 
 const resultsNode = document.getElementById("results");
 const setupJsonNode = document.querySelector('[data-testid="setup-json"]');
 const notice = document.getElementById("results-notice");
 
 let report = null; // the report whose numbers are on screen
+let lastReplayed = data.default_report; // the last report whose allocator was replayed (its reserve scales the fast answers)
 let suggestions = []; // the suggestions on screen (the last report computed with them)
 let engineReady = false;
 const SUGGESTIONS_DELAY_MS = 150; // ask for suggestions once the reader pauses
@@ -62,7 +68,25 @@ function minimal(full) {
 
 // ---------------------------------------------------------------------------- results
 
-function showReport(next, { suggestionsPending = false, computedFor = minimal(setup) } = {}) {
+/**
+ * The fraction of the allocated peak that the caching allocator reserved on top in a replayed
+ * report (what the suggestions scale their trial estimates by), or null when nothing was replayed.
+ */
+function reserveFraction(replayed) {
+  const top = replayed?.ranks?.[replayed.heaviest_rank];
+  if (!top?.cuda?.replayed || !(top.peak_allocated_bytes > 0)) return null;
+  return Math.min(4, Math.max(0, (top.peak_reserved_bytes - top.peak_allocated_bytes) / top.peak_allocated_bytes));
+}
+
+/** True when no rank's numbers wait on a replay of the allocator (replayed, or not a CUDA setup). */
+function isReplayed(answer) {
+  return answer.ranks.every((rank) => !rank.cuda || rank.cuda.replayed);
+}
+
+function showReport(next, { suggestionsPending = false, computedFor = minimal(setup), cudaPending = false } = {}) {
+  // Until the replay answers, the reserve (and so the total and the verdict) is scaled from the last one.
+  resultsNode.dataset.cuda = cudaPending ? "pending" : "replayed";
+  if (!cudaPending && reserveFraction(next) !== null) lastReplayed = next;
   report = next;
   shownSetup = computedFor;
   if (!suggestionsPending) suggestions = next.suggestions;
@@ -172,6 +196,12 @@ async function addSuggestions(asked) {
   const current = () => deepEqual(asked, minimal(setup));
   if (!engine.idle || !current()) return; // a newer change is being computed
   const answer = await engine.compute(asked);
+  if (answer.cancelled && current() && report) {
+    // The numbers are on screen; only the suggestions (each a re-estimate) ran too long.
+    renderReport(resultsNode, report, { catalogs: data.catalogs, suggestionsCancelled: answer.errors[0].message });
+    drawCharts();
+    return;
+  }
   if (answer.superseded || !answer.ok || !current()) return;
   showReport(answer.report, { computedFor: asked });
   document.documentElement.dataset.suggestedSetup = JSON.stringify(asked);
@@ -190,8 +220,19 @@ async function recompute(asked = minimal(setup)) {
   }
   clearTimeout(suggestionsTimer);
   computeStarted = performance.now();
-  // The numbers first; the suggestions (each a re-run of the simulation) when the reader pauses.
-  const answer = await engine.compute(asked, { suggestions: false });
+  // The numbers first, with the allocator's reserve scaled from the last replay (the replay is
+  // most of an estimate's time); then the replayed numbers; the suggestions (each a re-run of the
+  // simulation) when the reader pauses.
+  const fast = await engine.compute(asked, { suggestions: false, reserveFraction: reserveFraction(lastReplayed) });
+  if (fast.superseded) return;
+  if (fast.ok && !isReplayed(fast.report)) {
+    form.clearErrors();
+    showReport(fast.report, { suggestionsPending: true, computedFor: asked, cudaPending: true });
+    const shown = performance.now();
+    document.documentElement.dataset.lastFastMs = (shown - computeStarted).toFixed(1);
+    document.documentElement.dataset.fastSetup = JSON.stringify(asked);
+  }
+  const answer = fast.ok && !isReplayed(fast.report) ? await engine.compute(asked, { suggestions: false }) : fast;
   if (answer.superseded) return;
   const answered = performance.now();
   if (answer.ok) {
@@ -202,6 +243,9 @@ async function recompute(asked = minimal(setup)) {
     const rendered = performance.now();
     document.documentElement.dataset.lastEngineMs = (answered - computeStarted).toFixed(1);
     document.documentElement.dataset.lastRenderMs = (rendered - answered).toFixed(1);
+  } else if (answer.cancelled) {
+    form.showErrors(answer.errors);
+    setStale(answer.errors[0].message);
   } else {
     form.showErrors(answer.errors);
     setStale("invalid");
@@ -264,15 +308,27 @@ resultsNode.addEventListener("click", (event) => {
   setupChanged(form.getSetup());
 });
 
-// A config.json dropped anywhere on the page becomes the model.
+// Trainer files (and a model config.json) dropped anywhere on the page, picked or pasted: the core
+// reads them, the form shows the setup they describe, the key report what was read (web/js/files.js).
+const trainerFiles = new TrainerFiles(document.getElementById("trainer-files"), {
+  engine,
+  formSetup: () => form.getSetup(),
+  onRead(answer) {
+    const paths = flatten(answer.setup, schema).map(([path]) => path);
+    const base = answer.mode === "run" ? data.core_defaults : form.getSetup();
+    const next = applyCouplings(overlay(base, answer.setup, schema), paths);
+    form.setSetup(next);
+    setupChanged(form.getSetup());
+  },
+});
 document.addEventListener("dragover", (event) => {
   if ([...event.dataTransfer.types].includes("Files")) event.preventDefault();
 });
 document.addEventListener("drop", (event) => {
-  const file = event.dataTransfer.files[0];
-  if (!file) return;
+  const files = [...event.dataTransfer.files];
+  if (!files.length) return;
   event.preventDefault();
-  form.loadConfigFile(file);
+  trainerFiles.add(files);
 });
 
 followColorScheme(drawCharts);
@@ -380,13 +436,32 @@ async function downloadFile(kind) {
   }
 }
 
+/** The setup on screen as a trainer's file (the core's writers, trainmem.inputs.writers). */
+async function downloadTrainerFile(format) {
+  if (!engineReady) shareStatus.textContent = "Waiting for the Python engine to write the file…";
+  const answer = await engine.writeFile(minimal(setup), format);
+  if (!answer.ok) {
+    shareStatus.textContent = `Cannot write the file: ${answer.errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join(" ")}`;
+    return;
+  }
+  saveFile(new Blob([answer.text], { type: format === "deepspeed" ? "application/json" : "application/yaml" }), answer.filename);
+  shareStatus.textContent = `Saved ${answer.filename}.${answer.notes.length ? ` ${answer.notes.join(" ")}` : ""}`;
+}
+
 document.querySelector(".download-buttons").addEventListener("click", async (event) => {
   const button = event.target.closest("button[data-download]");
   if (!button) return;
   const kind = button.dataset.download;
+  if (!kind.includes(".")) return downloadTrainerFile(kind);
   const needsEngine = kind.endsWith(".md") && !engineReady;
   if (needsEngine) shareStatus.textContent = "Waiting for the Python engine to write the Markdown…";
-  const blob = await downloadFile(kind);
+  let blob;
+  try {
+    blob = await downloadFile(kind);
+  } catch (error) {
+    shareStatus.textContent = `Could not write the file: ${error.message}`;
+    return;
+  }
   if (!blob) {
     shareStatus.textContent = "Nothing to download yet: the charts are still loading.";
     return;

@@ -173,7 +173,7 @@ export function renderReport(container, report, ctx = {}) {
   );
   renderBreakdownTable(container, report);
   renderFitsOn(container, report, ctx);
-  renderSuggestions(container, report, ctx.suggestionsPending);
+  renderSuggestions(container, report, ctx.suggestionsPending, ctx.suggestionsCancelled);
   renderWarnings(container, report);
   renderRanks(container, report);
   renderResolved(container, report);
@@ -247,13 +247,19 @@ function renderFitsOn(container, report, ctx) {
   );
 }
 
-function renderSuggestions(container, report, pending = false) {
+function renderSuggestions(container, report, pending = false, cancelled = "") {
   const doc = container.ownerDocument;
   const section = part(container, "suggestions", "section", { class: "card" });
   // A report computed without its suggestions: the previous ones stay, dimmed, until they come.
   section.classList.toggle("pending", pending);
   section.setAttribute("aria-busy", pending ? "true" : "false");
   if (pending) return;
+  if (cancelled) {
+    // Their computation ran past the engine's limit: say so where they would be.
+    section.hidden = false;
+    section.replaceChildren(el(doc, "h3", { text: "What to change" }), el(doc, "p", { class: "error", "data-testid": "suggestions-cancelled", text: cancelled }));
+    return;
+  }
   section.hidden = !report.suggestions.length;
   const list = el(doc, "ul", { class: "suggestions" });
   report.suggestions.forEach((suggestion, index) => {

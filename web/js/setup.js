@@ -175,7 +175,9 @@ function encodeValue(value) {
 
 function decodeValue(text) {
   try {
-    return parseJson(text);
+    const value = parseJson(text);
+    // JSON such as 1e400 parses to Infinity, which JSON cannot carry on: keep the text, which the core names.
+    return typeof value === "number" && !Number.isFinite(value) ? text : value;
   } catch {
     return text;
   }

@@ -42,10 +42,12 @@ async function boot({ wheels, modules }) {
 
 const handlers = {
   boot,
-  compute: ({ setupJson, suggestions }) => bridge.compute(setupJson, suggestions),
+  compute: ({ setupJson, suggestions, reserveFraction }) => bridge.compute(setupJson, suggestions, reserveFraction ?? undefined), // undefined is None (null is jsnull)
   architecture: ({ modelJson }) => bridge.architecture(modelJson),
   markdown: ({ reportJson, title }) => bridge.markdown(reportJson, title),
   compareMarkdown: ({ aJson, bJson, aLabel, bLabel }) => bridge.compare_markdown(aJson, bJson, aLabel, bLabel),
+  readFiles: ({ filesJson, formJson }) => bridge.read_files(filesJson, formJson),
+  writeFile: ({ setupJson, format }) => bridge.write_file(setupJson, format),
 };
 
 self.addEventListener("message", async (event) => {

@@ -20,6 +20,7 @@ numbers). A failure inside trainmem itself is answered as an ``internal error`` 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -60,16 +61,41 @@ def _path_instead_of_contents(model: Any) -> bool:
 _PATH_MESSAGE = "paste or drop the config.json's contents; the page does not read files by path"
 
 
-def compute(setup_json: str, suggestions: bool = True) -> str:
+def compute(setup_json: str, suggestions: bool = True, reserve_fraction: Any = None) -> str:
     """Validate a setup (JSON text) and estimate it; the answer is JSON text.
 
     Suggestions re-run the simulation for each candidate change (most of estimate's time), so
     the page first asks without them, shows the numbers, then asks again with them.
+
+    ``reserve_fraction`` (a number, or None): the fast answer. The replay of the step's
+    allocations through the model of PyTorch's caching allocator (trainmem.cuda) is most of an
+    estimate without suggestions; with a fraction the reserve is instead that fraction of the
+    allocated peak — the core's own ``trainmem.cuda.memory.scaled_reserve``, which its suggestions
+    use for their trial estimates — and each rank's ``cuda.replayed`` is false. The page passes the
+    fraction of its last replayed report, shows that answer at once and asks again without it.
     """
     try:
-        return _compute(setup_json, bool(suggestions))
+        fraction = _reserve_fraction(reserve_fraction)
+        if fraction is None:
+            return _compute(setup_json, bool(suggestions))
+        from trainmem.cuda.memory import scaled_reserve
+
+        with scaled_reserve(fraction):
+            return _compute(setup_json, False)
     except Exception as exc:  # noqa: BLE001 - the worker must always get an answer
         return _failure("", f"internal error ({type(exc).__name__}: {exc})")
+
+
+MAX_RESERVE_FRACTION = 4.0
+"""A reserve of more than 4 × the allocated peak is no replay's outcome: such a fraction is refused."""
+
+
+def _reserve_fraction(value: Any) -> float | None:
+    if value is None or type(value).__name__ == "JsNull":  # Pyodide passes JavaScript's null as jsnull
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_RESERVE_FRACTION:
+        raise ValueError(f"reserve_fraction: expected a number from 0 to {MAX_RESERVE_FRACTION}, got {value!r}")
+    return float(value)
 
 
 def _compute(setup_json: str, suggestions: bool) -> str:
@@ -134,6 +160,183 @@ def compare_markdown(a_json: str, b_json: str, a_label: str = "A", b_label: str 
 
     a, b = (trainmem.Report.model_validate_json(text) for text in (a_json, b_json))
     return render_comparison_markdown(compare(a, b, a_label, b_label))
+
+
+# ---------------------------------------------------------------------------- trainer files
+
+TRAINER_KINDS = ("trl", "axolotl", "llamafactory")
+"""Kinds of file that describe a whole run (with their framework's defaults); the others are pieces of one."""
+
+FORM_FIELDS_KEPT = ("gpu", "headroom_fraction")
+"""Fields no trainer file carries: a run read from files keeps the form's values of them."""
+
+_MAX_NAME_CHARS = 255
+
+
+def _files_failure(message: str) -> str:
+    return _failure("files", message)
+
+
+def _read_files_arguments(files_json: Any, form_json: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """The {filename: text} mapping and the form's setup, checked (one ValueError naming what is wrong)."""
+    from trainmem.inputs import MAX_FILES
+
+    if not isinstance(files_json, str) or not isinstance(form_json, str):
+        raise ValueError("expected JSON text")
+    if len(files_json) > MAX_FILES * MAX_FILE_BYTES:
+        raise ValueError(f"more than {MAX_FILES} files of {MAX_FILE_BYTES // 2**20} MiB")
+    # The texts are long strings: the wrapper is read with json.loads, each text with the file reader's limits.
+    files = json.loads(files_json)
+    if not isinstance(files, dict) or not files:
+        raise ValueError("give at least one file")
+    if len(files) > MAX_FILES:
+        raise ValueError(f"{len(files)} files: at most {MAX_FILES} are read at once")
+    for name, text in files.items():
+        if not isinstance(text, str):
+            raise ValueError(f"{printable(name)}: expected the file's text")
+        if not name or len(name) > _MAX_NAME_CHARS or printable(name) != name:
+            raise ValueError(f"{printable(name[:_MAX_NAME_CHARS])}: a file name must be printable and at most {_MAX_NAME_CHARS} characters")
+    form = _read_json(form_json, "setup")
+    if not isinstance(form, dict):
+        raise ValueError("setup: expected an object")
+    return files, form
+
+
+def _kinds(files: dict[str, str]) -> list[str]:
+    """The kind each file is recognised as from its content (None when it cannot be parsed or told)."""
+    from trainmem.inputs.detect import detect_kind
+    from trainmem.inputs.sources import parse_text
+
+    kinds = []
+    for name, text in files.items():
+        try:
+            kinds.append(detect_kind(parse_text(name, text)))
+        except ValueError:
+            kinds.append(None)  # read_texts says what is wrong with it
+    return kinds
+
+
+def read_files(files_json: str, form_json: str) -> str:
+    """Read trainer files (JSON text of {filename: text}) against the form's setup (JSON text).
+
+    The answer is JSON text, one of::
+
+        {"ok": true, "mode": "run" | "pieces", "setup": {...fields the files set...}, "keys": {...KeyReport...}}
+        {"ok": false, "errors": [{"path": "files", "message": "..."}]}
+
+    With a trainer file among them (TRL/TrainingArguments, Axolotl, LLaMA-Factory: ``mode`` "run")
+    the files describe the whole run, as ``trainmem estimate FILE ...`` reads them: the core's and
+    the frameworks' defaults fill what they leave out, and only what no trainer file carries is
+    kept from the form (the GPU model, the headroom, and the number of GPUs when no file gives it,
+    as ``--gpu``, ``--headroom`` and ``--gpus`` would). Pieces only (a config.json, an adapter_config.json,
+    a DeepSpeed or Accelerate config: ``mode`` "pieces") change the fields they set and leave the
+    rest of the form as it is; the form's model stands in when none of them names one.
+    """
+    try:
+        return _read_files(files_json, form_json)
+    except Exception as exc:  # noqa: BLE001 - the worker must always get an answer
+        return _files_failure(f"internal error ({type(exc).__name__}: {exc})")
+
+
+def _read_files(files_json: str, form_json: str) -> str:
+    try:
+        files, form = _read_files_arguments(files_json, form_json)
+    except (ValueError, RecursionError) as exc:
+        return _files_failure(str(exc) if isinstance(exc, ValueError) else "nested too deeply")
+    kinds = _kinds(files)
+    run = any(kind in TRAINER_KINDS for kind in kinds)
+    form_gpus = form.get("parallelism", {}).get("num_gpus") if isinstance(form.get("parallelism"), dict) else None
+    overrides: dict[str, Any] = {}
+    base: dict[str, Any] = {}
+    if run:
+        overrides = {field: form[field] for field in FORM_FIELDS_KEPT if field in form}
+    elif "model" in form and "model" not in kinds:
+        # Pieces: the form stands in for the trainer (its values fill DeepSpeed's "auto") and for the model.
+        base = {field: form[field] for field in FORM_FIELDS_FOR_PIECES if field in form}
+        if form_gpus is not None:
+            base["parallelism"] = {"num_gpus": form_gpus}
+    try:
+        try:
+            setup, keys = _read_with(files, base, overrides)
+        except ValueError as exc:
+            if not (run and str(exc).startswith(_NO_MODEL) and "model" in form):
+                raise
+            base = {"model": form["model"]}  # a trainer file that names no model: the form's
+            setup, keys = _read_with(files, base, overrides)
+        if run and "num_gpus" not in setup.parallelism.model_fields_set and form_gpus is not None:
+            overrides["parallelism"] = {"num_gpus": form_gpus}  # as --gpus N: no file gives the number
+            setup, keys = _read_with(files, base, overrides)
+    except ValidationError as exc:
+        return json.dumps({"ok": False, "errors": [{"path": "files", "message": m} for _, m in format_validation_error(exc)]})
+    except ValueError as exc:
+        return _files_failure(_page_wording(str(exc)))
+    except (RecursionError, MemoryError) as exc:
+        return _files_failure(f"the files are too large or too deeply nested ({type(exc).__name__})")
+    report = keys.model_dump(mode="json")
+    report["files"] = [f for f in report["files"] if f["name"] != _FORM_NAME]
+    for entry in report["entries"]:
+        entry["detail"] = entry["detail"].replace("filled from the setup file", "filled from the form")
+    answer = {
+        "ok": True,
+        "mode": "run" if run else "pieces",
+        "setup": setup.model_dump(mode="json", exclude_unset=True),
+        "kept_from_form": sorted({*overrides, *base}),
+        "keys": report,
+    }
+    return json.dumps(answer)
+
+
+FORM_FIELDS_FOR_PIECES = ("model", "micro_batch_size", "gradient_accumulation_steps", "precision")
+"""With pieces only, the form's values of these stand in for a trainer's (DeepSpeed's "auto" reads them)."""
+
+_FORM_NAME = "(the form)"
+_NO_MODEL = "model: no file names the model"
+
+
+def _read_with(files: dict[str, str], base: dict[str, Any], overrides: dict[str, Any]):
+    from trainmem import inputs
+
+    texts = {**files, _FORM_NAME: json.dumps(base)} if base else files
+    return inputs.read_texts(texts, overrides=overrides)
+
+
+def _page_wording(message: str) -> str:
+    """The core's messages name the CLI's flags; on the page the same choice is a field of the form."""
+    message = re.sub(r"give --from KIND \(allowed: ([^)]*)\)", r"the page reads these kinds of file: \1", message)
+    return printable(message)
+
+
+def write_file(setup_json: str, file_format: str) -> str:
+    """A setup (JSON text) as a trainer's file: {"ok": true, "filename", "text", "notes"} or the errors."""
+    try:
+        return _write_file(setup_json, file_format)
+    except Exception as exc:  # noqa: BLE001 - the worker must always get an answer
+        return _failure("", f"internal error ({type(exc).__name__}: {exc})")
+
+
+def _write_file(setup_json: str, file_format: str) -> str:
+    from trainmem.inputs.writers import FILENAMES, FORMATS, write
+
+    if file_format not in FORMATS:
+        return _failure("", f"file format {printable(str(file_format))!r}: allowed: {', '.join(FORMATS)}")
+    try:
+        data = _read_json(setup_json, "setup")
+        setup = Setup.model_validate(data)
+        text, notes = write(setup, file_format)
+    except FieldError as exc:
+        return _failure(exc.field, str(exc))
+    except ValidationError as exc:
+        return json.dumps({"ok": False, "errors": field_errors(exc)})
+    except ValueError as exc:
+        return _failure("", str(exc))
+    return json.dumps({"ok": True, "filename": FILENAMES[file_format], "text": text, "notes": notes})
+
+
+def file_formats() -> list[dict[str, str]]:
+    """The formats the page offers as downloads, with their file names."""
+    from trainmem.inputs.writers import FILENAMES, FORMATS
+
+    return [{"format": name, "filename": FILENAMES[name]} for name in FORMATS]
 
 
 def catalogs() -> dict[str, Any]:

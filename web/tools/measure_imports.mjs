@@ -2,7 +2,7 @@
 // page really imports. Pyodide (under Node) loads the site's wheels the way the page's worker
 // does (loadPackage), then runs the page's bridge (web/py/trainmem_web.py) over sample setups:
 // estimates with and without suggestions, invalid setups (the error path), a config.json's
-// architecture, the Markdown report and comparison, YAML. precompile.mjs then drops every other
+// architecture, trainer files read and written, the Markdown report and comparison, YAML. precompile.mjs then drops every other
 // top-level module from python_stdlib.zip (about half of it: unittest, xml, multiprocessing,
 // the REPL, pydoc, ...). A module the page imports but this run does not reach would fail to
 // import in the browser: tests/pyodide/test_site_stdlib.py runs the bridge on the pruned zip.
@@ -30,14 +30,22 @@ import json, sys, zipfile
 sys.path.insert(0, "/home/pyodide")
 import trainmem_web
 
+cases = json.loads(cases_json)
+if isinstance(cases, list):
+    cases = {"setups": cases, "trainer_files": []}
 reports = []
-for setup in json.loads(cases_json):
+for setup in cases["setups"]:
     for suggestions in (False, True):
         answer = json.loads(trainmem_web.compute(json.dumps(setup), suggestions))
         if answer["ok"]:
             reports.append(answer["report"])
     trainmem_web.architecture(json.dumps(setup.get("model", {})))
 trainmem_web.compute("{not json")
+form = json.dumps(cases["setups"][0])
+for files in cases["trainer_files"]:
+    trainmem_web.read_files(json.dumps(files), form)
+for file_format in trainmem_web.file_formats():
+    trainmem_web.write_file(form, file_format["format"])
 if reports:
     trainmem_web.markdown(json.dumps(reports[0]))
     trainmem_web.compare_markdown(json.dumps(reports[0]), json.dumps(reports[-1]))
