@@ -94,6 +94,11 @@ class Framework:
         """Tensors the framework holds outside parameters, .grad and optimizer.state."""
         return []
 
+    def host_tensors(self) -> Owned:
+        """Tensors the framework would keep in host memory on a GPU machine (offload), as (category, part,
+        tensor); on the CPU they share the one pool, so the measurement counts them apart."""
+        return []
+
     def parameter_tensors(self) -> Iterator[torch.Tensor]:
         yield from self.model.parameters()
         yield from self.model.buffers()
@@ -308,12 +313,63 @@ class DeepSpeed(Framework):
 
     def _label_reduce_buckets(self) -> None:
         """ZeRO-1/2 allocate their reduce buckets in ``setup_buckets`` when a backward starts and clear
-        them at its end: name them as they are made."""
+        them at its end: name them as they are made.
+
+        Two more transient tensors are named as they appear (stage 1/2 only):
+
+        * each ``param.grad`` as DeepSpeed's gradient hook receives it (``process_gradients``,
+          called from ``grad_handling_hook``): under ZeRO-2 the hook copies it into the bucket and
+          drops it at once, so no snapshot would see it as a gradient;
+        * the outputs of ``self.flatten`` (``_flatten_dense_tensors``): ``allreduce_bucket``
+          flattens the bucket's gradients before the all-reduce, ``step`` flattens the partition;
+        * under offload, the fp64 copy ``set_norm_for_param_grad_in_gpu`` takes of each gradient for
+          its norm.
+        """
         optimizer = self.zero_optimizer
         setup_buckets = getattr(optimizer, "setup_buckets", None)
         if setup_buckets is None:
             return
         framework = self
+        process_gradients = getattr(optimizer, "process_gradients", None)
+        if process_gradients is not None:
+
+            def labelled_process_gradients(param: Any, *args: Any, **kwargs: Any) -> Any:
+                grad = getattr(param, "grad", None)
+                if isinstance(grad, torch.Tensor):
+                    framework.on_buffer("gradients", "gradients/param.grad (as DeepSpeed's gradient hook receives it)", grad)
+                return process_gradients(param, *args, **kwargs)
+
+            optimizer.process_gradients = labelled_process_gradients
+        flatten = getattr(optimizer, "flatten", None)
+        if flatten is not None:
+
+            def labelled_flatten(*args: Any, **kwargs: Any) -> Any:
+                result = flatten(*args, **kwargs)
+                if isinstance(result, torch.Tensor):
+                    framework.on_buffer("overhead", "overhead/deepspeed flattened gradients (self.flatten)", result)
+                return result
+
+            optimizer.flatten = labelled_flatten
+        norm_in_gpu = getattr(optimizer, "set_norm_for_param_grad_in_gpu", None)
+        if norm_in_gpu is not None:
+
+            def labelled_norm_in_gpu(*args: Any, **kwargs: Any) -> Any:
+                # ``accumulated_grad.data.to(get_norm_dtype()).norm(2)``: name the fp64 copy as it is made.
+                original_to = torch.Tensor.to
+
+                def labelled_to(tensor: torch.Tensor, *to_args: Any, **to_kwargs: Any) -> Any:
+                    result = original_to(tensor, *to_args, **to_kwargs)
+                    if result is not tensor:
+                        framework.on_buffer("overhead", "overhead/deepspeed fp64 gradient copy for its norm", result)
+                    return result
+
+                torch.Tensor.to = labelled_to  # type: ignore[method-assign]
+                try:
+                    return norm_in_gpu(*args, **kwargs)
+                finally:
+                    torch.Tensor.to = original_to  # type: ignore[method-assign]
+
+            optimizer.set_norm_for_param_grad_in_gpu = labelled_norm_in_gpu
 
         def labelled_setup_buckets(*args: Any, **kwargs: Any) -> Any:
             result = setup_buckets(*args, **kwargs)
@@ -354,6 +410,48 @@ class DeepSpeed(Framework):
         for name, tensor in named_tensors(self.zero_optimizer):
             owned.append((*_DEEPSPEED_ATTRIBUTES.get(name, ("overhead", "overhead/deepspeed " + name)), tensor))
         return owned
+
+    def host_tensors(self) -> Owned:
+        """What DeepSpeed puts in host memory under offload, by its source (0.19):
+
+        * ZeRO-1/2 ``offload_optimizer`` (``stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.__init__``
+          with ``cpu_offload``, ``self.device = 'cpu'``): the fp32 master partition
+          ``single_partition_of_fp32_groups`` and its ``.grad`` (``initialize_optimizer_states``),
+          the pinned bit16 staging copy ``param_buffer_of_bit16_for_cpu_offload_groups``,
+          ``temp_grad_buffer_for_cpu_offload`` (largest parameter, pinned), the gradient
+          accumulators ``accumulated_grads_in_cpu`` and the optimizer's states. On the GPU stay
+          ``bit16_groups_flat``, the reduce buckets and ``temp_grad_buffer_for_gpu_offload``.
+        * ZeRO-3 ``offload_optimizer`` (``stage3.py``, ``self.device = 'cpu'``):
+          ``fp32_partitioned_groups_flat`` and its ``.grad`` (``initialize_optimizer_states``), the
+          pinned ``grad_partitions_flat_buffer`` and the optimizer's states; ``offload_param``: the
+          parameters' partitions (``ds_tensor``).
+        """
+        parallel = self.setup.parallelism
+        optimizer = self.zero_optimizer
+        host: Owned = []
+        if parallel.offload_optimizer:
+            for name in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat"):
+                category, part = _DEEPSPEED_ATTRIBUTES[name]
+                for tensor in _tensors_in(getattr(optimizer, name, None), 1):
+                    host.append((category, part, tensor))
+                    if isinstance(tensor.grad, torch.Tensor):
+                        host.append(("gradients", "gradients/deepspeed fp32 gradient partition (.grad of the master)", tensor.grad))
+            for name, category in (
+                ("param_buffer_of_bit16_for_cpu_offload_groups", "overhead"),
+                ("temp_grad_buffer_for_cpu_offload", "overhead"),
+                ("accumulated_grads_in_cpu", "gradients"),
+                ("grad_partitions_flat_buffer", "gradients"),
+            ):
+                for tensor in _tensors_in(getattr(optimizer, name, None), 1):
+                    host.append((category, f"{category}/deepspeed {name}", tensor))
+            for tensor in self.optimizer_state_tensors():
+                host.append(("optimizer_states", "optimizer_states/optimizer state", tensor))
+        if parallel.offload_parameters:
+            for parameter in self.model.parameters():
+                partition = getattr(parameter, "ds_tensor", None)
+                if isinstance(partition, torch.Tensor):
+                    host.append(("parameters", "parameters/deepspeed ds_tensor (offload_param)", partition))
+        return host
 
     @property
     def optimizer_class(self) -> str:

@@ -217,3 +217,9 @@ class Measurement(FrozenModel):
     framework: Optional[Literal["ddp", "fsdp2", "dtensor-tp", "deepspeed"]] = Field(
         default=None, description="The distributed framework that wrapped the model; None for a single process."
     )
+    host_parts: dict[str, int] = Field(
+        default_factory=dict,
+        description="Offload: bytes of the storages the framework keeps in host memory on a GPU machine, by part "
+        "(from its source code; see trainmem.measure.frameworks). On the CPU they share the one pool; every other "
+        "figure of the record is the device side, without them.",
+    )
