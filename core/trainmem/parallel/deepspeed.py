@@ -101,8 +101,9 @@ NORM_DTYPE_BYTES = 8
 
 
 def runs_zero_offload(plan: "Plan") -> bool:
-    """DeepSpeed ZeRO with ``offload_optimizer`` on more than one data-parallel rank."""
-    return runs_zero(plan) and plan.parallel.offload_optimizer
+    """DeepSpeed ZeRO with ``offload_optimizer`` (ZeRO-Offload; also on a single GPU, its headline use)."""
+    parallel = plan.parallel
+    return parallel.strategy == "zero" and parallel.zero_stage >= 1 and parallel.offload_optimizer
 
 
 def offload_gpu_staging_bytes(plan: "Plan", largest_numel: int) -> int:
