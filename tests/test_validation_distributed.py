@@ -34,7 +34,7 @@ OPEN = [m for m in CORPUS if _case(m) in NOT_YET_MODELLED]
 
 
 def test_the_distributed_corpus_covers_every_framework():
-    assert {m.framework for m in CORPUS} == {"ddp", "fsdp2", "dtensor-tp", "deepspeed"}
+    assert {m.framework for m in CORPUS} == {"ddp", "fsdp1", "fsdp2", "dtensor-tp", "deepspeed"}
     assert all(m.world_size == m.setup.parallelism.num_gpus and 0 <= m.rank < m.world_size for m in CORPUS)
     assert all(m.environment.distributed_backend == "gloo" for m in CORPUS)
 

@@ -572,7 +572,7 @@ def _micro_batch(
     gathered_detail = next((detail for _, detail in gathered_by_kind.values() if detail), "")
     gathered_any = any(bytes_ for bytes_, _ in gathered_by_kind.values())
     zero3_keeps = deepspeed.zero3_keeps_everything_gathered(plan)
-    ends_gathered = 0 if fsdp.runs_fsdp2(plan) or zero3_keeps else _gathered_vocabulary_weights(plan)
+    ends_gathered = 0 if fsdp.runs_fsdp_units(plan) or zero3_keeps else _gathered_vocabulary_weights(plan)
     kept_by_kind = {
         kind: fsdp.kept_after_forward(plan, layer) + deepspeed.kept_after_forward(plan, layer)
         for kind, layer in states.gathered_layer_weights.items()
@@ -635,7 +635,10 @@ def _micro_batch(
     for run_index, (first_index, count, kind) in enumerate(traces.runs):
         kind_traces = traces.kinds[kind]
         if gathered_any:
-            account.set("parameters", "gathered weights", gathered_by_kind[kind][0], gathered_detail)
+            forward_gathered = fsdp.forward_gathered_bytes(
+                plan, states.gathered_layer_weights[kind], gathered_by_kind[kind][0]
+            )
+            account.set("parameters", "gathered weights", forward_gathered, gathered_detail)
         pieces = [(kind_traces.first_layer, [first_index]), (kind_traces.layer, list(range(first_index + 1, first_index + count)))]
         if run_index:
             pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]

@@ -63,8 +63,6 @@ def check_distributed(setup: Setup) -> None:
             problems.append("parallelism.tensor_parallel_flavor 'megatron' (measured: 'dtensor')")
         if parallel.strategy != "ddp":
             problems.append("tensor parallelism with a sharded data-parallel strategy")
-    if parallel.strategy == "fsdp" and parallel.fsdp_version != 2:
-        problems.append("parallelism.fsdp_version 1 (measured: FSDP2)")
     if setup.finetuning.method != "full":
         problems.append(f"finetuning.method {setup.finetuning.method!r} (measured: full)")
     if problems:

@@ -41,12 +41,12 @@ Owned = list[tuple[str, str, torch.Tensor]]
 
 
 def framework_name(setup: Setup) -> str:
-    """Which framework a distributed setup runs: ddp, fsdp2, dtensor-tp or deepspeed."""
+    """Which framework a distributed setup runs: ddp, fsdp1, fsdp2, dtensor-tp or deepspeed."""
     parallel = setup.parallelism
     if parallel.tensor_parallel_size > 1:
         return "dtensor-tp"
     if parallel.strategy == "fsdp":
-        return "fsdp2"
+        return "fsdp1" if parallel.fsdp_version == 1 else "fsdp2"
     if parallel.strategy == "zero":
         return "deepspeed"
     return "ddp"
@@ -155,7 +155,16 @@ class FSDP2(Framework):
                 parallel.fsdp_reduce_dtype
             ]
             policy = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=reduce)
-        options = {"mesh": mesh, "reshard_after_forward": parallel.fsdp_reshard_after_forward, "mp_policy": policy}
+        options: dict[str, Any] = {
+            "mesh": mesh,
+            "reshard_after_forward": parallel.fsdp_reshard_after_forward,
+            "mp_policy": policy,
+        }
+        if parallel.offload_parameters or parallel.offload_optimizer:
+            from torch.distributed.fsdp import CPUOffloadPolicy
+
+            # pin_memory needs CUDA; on the CPU the placement is what is measured (host_tensors).
+            options["offload_policy"] = CPUOffloadPolicy(pin_memory=False)
         for layer in decoder_layers(self.model):
             fully_shard(layer, **options)
         fully_shard(self.model, **options)
@@ -192,6 +201,22 @@ class FSDP2(Framework):
         _fsdp_param_group.foreach_all_gather = labelled_all_gather
         _fsdp_param_group.foreach_reduce = labelled_reduce
 
+    def host_tensors(self) -> Owned:
+        """``CPUOffloadPolicy`` (``_fsdp_param.py``: ``FSDPParam`` keeps ``sharded_param`` on the CPU, the
+        reduce-scattered gradient is copied to it in ``foreach_reduce``, and the optimizer steps on the
+        CPU): the sharded parameters, their gradients and the optimizer states are host memory."""
+        parallel = self.setup.parallelism
+        if not (parallel.offload_parameters or parallel.offload_optimizer):
+            return []
+        host: Owned = []
+        for parameter in self.model.parameters():
+            host.append(("parameters", "parameters/fsdp sharded parameters (CPUOffloadPolicy)", parameter))
+            if isinstance(parameter.grad, torch.Tensor):
+                host.append(("gradients", "gradients/fsdp sharded gradients (CPUOffloadPolicy)", parameter.grad))
+        for tensor in self.optimizer_state_tensors():
+            host.append(("optimizer_states", "optimizer_states/optimizer state", tensor))
+        return host
+
     def owned_tensors(self) -> Owned:
         owned: Owned = []
         for module in self.model.modules():
@@ -210,6 +235,69 @@ class FSDP2(Framework):
                 unsharded_grad = getattr(fsdp_param, "unsharded_accumulated_grad", None)
                 if isinstance(unsharded_grad, torch.Tensor):
                     owned.append(("gradients", "gradients/fsdp unsharded accumulated gradients", unsharded_grad))
+        return owned
+
+
+class FSDP1(Framework):
+    """``FullyShardedDataParallel`` (torch/distributed/fsdp/fully_sharded_data_parallel.py) with a
+    ``ModuleWrapPolicy`` on the decoder layers (one FlatParameter per layer, the rest in the root),
+    ``use_orig_params=True`` and the setup's sharding strategy."""
+
+    name = "fsdp1"
+
+    def wrap(self) -> None:
+        from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        parallel = self.setup.parallelism
+        layer_class = type(decoder_layers(self.model)[0])
+        mixed = None
+        if self.setup.precision in ("bf16-mixed", "fp16-mixed"):
+            half = torch.bfloat16 if self.setup.precision == "bf16-mixed" else torch.float16
+            reduce = {None: half, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
+                parallel.fsdp_reduce_dtype
+            ]
+            mixed = MixedPrecision(param_dtype=half, reduce_dtype=reduce)
+        mesh = None
+        if parallel.fsdp_sharding_strategy == "HYBRID_SHARD":
+            # HSDP: shard within a "node" of gpus_per_node ranks, replicate across them (a 2-D mesh;
+            # FSDP1's own default would size the shard group by torch.cuda.device_count()).
+            from torch.distributed.device_mesh import init_device_mesh
+
+            shard = min(self.world_size, parallel.gpus_per_node)
+            mesh = init_device_mesh("cpu", (self.world_size // shard, shard), mesh_dim_names=("replicate", "shard"))
+        self.model = FullyShardedDataParallel(
+            self.model,
+            auto_wrap_policy=ModuleWrapPolicy({layer_class}),
+            sharding_strategy=getattr(ShardingStrategy, parallel.fsdp_sharding_strategy),
+            mixed_precision=mixed,
+            use_orig_params=True,
+            device_id=torch.device("cpu"),
+            device_mesh=mesh,
+        )
+        self.forward_module = self.model
+        self._torch_optimizer()
+
+    def owned_tensors(self) -> Owned:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        owned: Owned = []
+        for module in self.model.modules():
+            if not isinstance(module, FullyShardedDataParallel):
+                continue
+            handle = getattr(module, "_handle", None)
+            flat = getattr(handle, "flat_param", None)
+            if flat is None:
+                continue
+            owned.append(("parameters", "parameters/fsdp1 sharded FlatParameter", flat))
+            for name in ("_full_param_padded", "_mp_shard"):
+                tensor = getattr(flat, name, None)
+                if isinstance(tensor, torch.Tensor):
+                    owned.append(("parameters", f"parameters/fsdp1 {name}", tensor))
+            for name in ("_saved_grad_shard", "_cpu_grad"):
+                tensor = getattr(flat, name, None)
+                if isinstance(tensor, torch.Tensor):
+                    owned.append(("gradients", f"gradients/fsdp1 {name}", tensor))
         return owned
 
 
@@ -515,4 +603,4 @@ class DeepSpeedStep(TrainingStep):
         return [value for state in inner.state.values() for value in state.values() if isinstance(value, torch.Tensor)]
 
 
-FRAMEWORKS = {"ddp": DDP, "fsdp2": FSDP2, "dtensor-tp": DTensorTP, "deepspeed": DeepSpeed}
+FRAMEWORKS = {"ddp": DDP, "fsdp1": FSDP1, "fsdp2": FSDP2, "dtensor-tp": DTensorTP, "deepspeed": DeepSpeed}
