@@ -318,6 +318,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         temporaries = replace(temporaries, bytes=0, description="the optimizer steps on the CPU")
     if parallel.offload_parameters:
         offloaded_parts.append(("weights", weights, f"{precision.stored_weight_dtype} weight partition"))
+        offloaded_parts += fsdp.offloaded_gradient_parts(plan, trainable_numel)
         weights = 0
     offloaded_parts = [part for part in offloaded_parts if part[1]]
     offloaded = sum(part[1] for part in offloaded_parts)
@@ -890,7 +891,12 @@ def _resident_gradient_buffer(plan: Plan) -> str:
 
 def _stored(plan: Plan, stored: int, produced: int) -> int:
     """Gradient bytes left after a layer: the stored (sharded, cast) form, or what backward produced."""
-    if _resident_gradient_buffer(plan) or deepspeed.gradients_live_in_bucket(plan) or deepspeed.gradients_go_to_host(plan):
+    if (
+        _resident_gradient_buffer(plan)
+        or deepspeed.gradients_live_in_bucket(plan)
+        or deepspeed.gradients_go_to_host(plan)
+        or fsdp.offloads_to_host(plan)
+    ):
         return 0  # accumulated into the resident buffer, copied into ZeRO-2's reduce bucket or to the host
     if plan.sharding.gradients > 1 or plan.lora:
         return stored

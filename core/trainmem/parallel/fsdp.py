@@ -98,3 +98,21 @@ def backward_prefetch_bytes(plan: "Plan", layer_bytes: int) -> int:
     if not runs_fsdp_units(plan) or not plan.parallel.fsdp_reshard_after_forward:
         return 0
     return layer_bytes
+
+
+def offloads_to_host(plan: "Plan") -> bool:
+    """FSDP CPU offload (FSDP2 ``CPUOffloadPolicy``, FSDP1 ``CPUOffload(offload_params=True)``; trainmem's
+    ``offload_parameters`` for strategy 'fsdp'): the sharded parameters, their gradients and the optimizer
+    states live on the host; ``foreach_reduce`` (``_fsdp_collectives.py``) copies each reduce-scattered
+    gradient shard to the CPU, so none stays on the GPU after its layer's backward. Not measured: on a
+    CPU-only machine the host-device copies are no-ops, so the device side cannot be told apart."""
+    parallel = plan.parallel
+    return parallel.strategy == "fsdp" and parallel.offload_parameters and plan.sharding.weights > 1
+
+
+def offloaded_gradient_parts(plan: "Plan", trainable_numel: int) -> list[tuple[str, int, str]]:
+    """The gradient shard FSDP's CPU offload keeps on the host, as (name, bytes, detail)."""
+    if not offloads_to_host(plan):
+        return []
+    shard = trainable_numel // plan.sharding.gradients * DTYPE_BYTES[plan.precision.gradient_dtype]
+    return [("gradient shard", shard, "sharded gradients on the CPU (CPUOffloadPolicy)")]
