@@ -10,8 +10,10 @@ Frameworks: DDP; FSDP2 (``fully_shard`` per decoder layer and the root) with and
 resharding after forward, with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
 with activation checkpointing; DTensor tensor parallelism with and without
 ``SequenceParallel``; DeepSpeed 0.19 ZeRO 1, 2 and 3 in fp32 and bf16 (master weights), with
-optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3. (DeepSpeed with gradient
-accumulation is not in the list yet.)
+optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3; FSDP1 (FULL_SHARD, and
+HYBRID_SHARD on 4 ranks as 2 × 2). FSDP2 with ``CPUOffloadPolicy`` runs here too, but on a CPU-only
+machine its host-device copies are no-ops (the device side is not a GPU's), so it is not in the list;
+DeepSpeed with gradient accumulation is not in the list yet.
 """
 
 from __future__ import annotations
@@ -108,4 +110,10 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         "bf16-master-weights",
     ),
     case("zero3-llama-7m-bf16-w4", "DeepSpeed ZeRO-3, bf16, 4 ranks", zero(3, num_gpus=4), "bf16-master-weights"),
+    case("fsdp1-llama-7m-fp32-w2", "FSDP1 FULL_SHARD, fp32, use_orig_params", {"strategy": "fsdp", "fsdp_version": 1}),
+    case(
+        "fsdp1-llama-7m-fp32-hsdp-w4",
+        "FSDP1 HYBRID_SHARD (HSDP) on 4 ranks as 2 x 2, fp32",
+        {"strategy": "fsdp", "fsdp_version": 1, "fsdp_sharding_strategy": "HYBRID_SHARD", "gpus_per_node": 2, "num_gpus": 4},
+    ),
 ]

@@ -160,3 +160,16 @@ def _head_trains(arch: Architecture, trainability: Trainability) -> bool:
 
 def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool, x: Sym) -> Trace:
     return replay(tape, [loss], tape.peak_live_bytes, loss.nbytes, False, parameter_grads_exist, x)
+
+
+def trace_final_norm(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability) -> Trace:
+    """The final norm alone, as the loss head runs it: what it saves, and its backward's high-water mark
+    (the moment DeepSpeed ZeRO-1/2 allocate their reduce bucket is inside the head's backward, after
+    ``lm_head``'s gradient and before the final norm's backward; see trainmem.parallel.deepspeed)."""
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    program = _program(arch, shape, kernels, trainability, tape)
+    tokens, h = shape.stream_tokens, shape.hidden
+    x = tape.new(tokens * h, kernels.stream_dtype, True)
+    normed = program.norm(program.names.final_norm, x, tokens, h)
+    tape.release(x)
+    return replay(tape, [normed], tape.peak_live_bytes, normed.nbytes, False, False, x)

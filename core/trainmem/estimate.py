@@ -49,7 +49,8 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
         setup = Setup.model_validate(setup)
     plan = Plan(setup)
     gpu = resolve_gpu(setup)
-    ranks = [_rank_report(plan, simulate_rank(plan, stage), gpu, suggestions) for stage in plan.stages]
+    simulations = [simulate_rank(plan, stage) for stage in plan.stages]
+    ranks = [_rank_report(plan, simulation, gpu, suggestions) for simulation in simulations]
     heaviest = max(range(len(ranks)), key=lambda i: ranks[i].peak_total_bytes)
     top = ranks[heaviest]
     required = max(rank.upper_bound_bytes for rank in ranks)
@@ -71,7 +72,7 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
         fit=verdict(gpu, required, setup.headroom_fraction, "upper bound" if plan.device == "cuda" else ""),
         fits_on=gpus_that_fit(required, setup.headroom_fraction),
         warnings=_warnings(plan, gpu),
-        host=_host_report(plan, max(rank.cpu_offload_bytes for rank in ranks)),
+        host=_host_report(plan, max(simulations, key=lambda simulation: simulation.cpu_offload_bytes)),
     )
     if suggestions:
         from .suggest import suggest  # suggestions re-run estimate: imported late to avoid a cycle
@@ -171,9 +172,10 @@ def _rank_report(plan: Plan, simulation: RankSimulation, gpu: GPU, full: bool) -
     )
 
 
-def _host_report(plan: Plan, offloaded_bytes_per_rank: int) -> HostMemoryReport:
-    """Host RAM per node (trainmem.parallel.host), with a verdict when the setup gives a budget."""
-    host = host_memory(plan, offloaded_bytes_per_rank)
+def _host_report(plan: Plan, offloading: RankSimulation) -> HostMemoryReport:
+    """Host RAM per node (trainmem.parallel.host) for the rank that offloads most, with a verdict when the
+    setup gives a budget."""
+    host = host_memory(plan, offloading.cpu_offload_bytes, offloading.cpu_offload_parts)
     budget_gib = plan.parallel.host_ram_gib_per_node
     budget = int(budget_gib * GIB) if budget_gib is not None else None
     fits = None if budget is None else host.peak_bytes <= budget

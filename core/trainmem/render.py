@@ -108,7 +108,7 @@ def render_report(report: Report) -> str:
             lines.append(f"  offloaded to CPU memory: {format_bytes(rank.cpu_offload_bytes)}")
     host = report.host
     if host is not None and (host.budget_bytes is not None or host.steady_parts and any(
-        part.name in ("offloaded model states", "pinned NVMe swap buffers") for part in host.steady_parts
+        part.name.startswith("offloaded ") or part.name == "pinned NVMe swap buffers" for part in host.steady_parts
     )):
         lines += ["", f"Host RAM per node ({host.ranks_per_node} ranks): {format_bytes(host.peak_bytes)}"]
         for title, parts, total in (

@@ -27,7 +27,7 @@ from typing import Optional
 
 from .allocator import rounded
 from .architecture import Architecture
-from .ends import trace_chunked_loss_head, trace_embedding, trace_loss_head
+from .ends import trace_chunked_loss_head, trace_embedding, trace_final_norm, trace_loss_head
 from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from .plan import Plan, Stage
@@ -49,6 +49,8 @@ class RankSimulation:
     account: MemoryAccount
     cpu_offload_bytes: int
     description: str
+    cpu_offload_parts: tuple[tuple[str, int, str], ...] = ()
+    """What ``cpu_offload_bytes`` is made of (trainmem.parallel.host lists it per node)."""
 
 
 def attention_kernel(plan: Plan) -> str:
@@ -257,6 +259,10 @@ class ModelStates:
     """By layer kind position: bytes of one layer's full weights in the compute dtype (what ZeRO-3/FSDP gather)."""
     trainable_numel: int
     offloaded_bytes: int
+    offloaded_parts: tuple[tuple[str, int, str], ...] = ()
+    """What ``offloaded_bytes`` is made of, as (name, bytes, detail): the host side of the rank."""
+    largest_trainable_numel: int = 0
+    """Elements of the largest trainable tensor on the rank (DeepSpeed sizes offload buffers by it)."""
 
 
 def model_states(plan: Plan, stage: Stage) -> ModelStates:
@@ -300,16 +306,22 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )
-    offloaded = 0
+    largest = max((s.numel for s in trainable), default=0)
+    offloaded_parts: list[tuple[str, int, str]] = []
     if parallel.offload_optimizer:
-        offloaded = states + master
+        offloaded_parts += [
+            ("fp32 master weights", master, "the rank's fp32 partition (pinned)"),
+            ("optimizer states", states, opt_detail_for(plan, state_dtype, sharding.optimizer)),
+        ]
+        offloaded_parts += deepspeed.offloaded_gradient_parts(plan, trainable_numel, largest)
         states, master = 0, 0
-        if parallel.strategy == "zero" and parallel.zero_stage == 3:
-            offloaded += trainable_numel * grad_bytes // sharding.gradients  # the gradient partitions too
         temporaries = replace(temporaries, bytes=0, description="the optimizer steps on the CPU")
     if parallel.offload_parameters:
-        offloaded += weights
+        offloaded_parts.append(("weights", weights, f"{precision.stored_weight_dtype} weight partition"))
+        offloaded_parts += fsdp.offloaded_gradient_parts(plan, trainable_numel)
         weights = 0
+    offloaded_parts = [part for part in offloaded_parts if part[1]]
+    offloaded = sum(part[1] for part in offloaded_parts)
     detail = f"{precision.stored_weight_dtype}"
     if plan.quantized_base:
         quant = plan.finetuning.quantization
@@ -318,9 +330,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         detail += f", sharded over {sharding.weights} ranks"
     if parallel.tensor_parallel_size > 1:
         detail += f", tensor parallel {parallel.tensor_parallel_size}"
-    opt_detail = f"{plan.optimizer.display_name}, {state_dtype} states"
-    if sharding.optimizer > 1:
-        opt_detail += f", sharded over {sharding.optimizer} ranks"
+    opt_detail = opt_detail_for(plan, state_dtype, sharding.optimizer)
     return ModelStates(
         weights=weights,
         weights_detail=detail,
@@ -337,7 +347,14 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         gathered_layer_weights=gathered_per_layer,
         trainable_numel=trainable_numel,
         offloaded_bytes=offloaded,
+        offloaded_parts=tuple(offloaded_parts),
+        largest_trainable_numel=largest,
     )
+
+
+def opt_detail_for(plan: Plan, state_dtype: str, shards: int) -> str:
+    detail = f"{plan.optimizer.display_name}, {state_dtype} states"
+    return detail + (f", sharded over {shards} ranks" if shards > 1 else "")
 
 
 def _rank_shape(slice_) -> tuple[int, ...]:
@@ -400,7 +417,7 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
         if accumulation > 1:
             _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=True)
         _optimizer_step(plan, states, account)
-    return RankSimulation(stage, account, states.offloaded_bytes, _stage_name(plan, stage))
+    return RankSimulation(stage, account, states.offloaded_bytes, _stage_name(plan, stage), states.offloaded_parts)
 
 
 def _stage_name(plan: Plan, stage: Stage) -> str:
@@ -424,6 +441,12 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     if resident:
         account.set("gradients", "gradients", states.gradients, resident)
     account.set("overhead", "DDP gradient buckets", ddp.gradient_bucket_bytes(plan, states.gradients), ddp.DETAIL)
+    account.set(
+        "overhead",
+        "ZeRO-Offload gradient staging",
+        deepspeed.offload_gpu_staging_bytes(plan, states.largest_trainable_numel),
+        deepspeed.OFFLOAD_STAGING_DETAIL,
+    )
     if deepspeed.bucket_is_resident(plan):
         account.set(
             "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_RESIDENT
@@ -550,7 +573,7 @@ def _micro_batch(
     gathered_detail = next((detail for _, detail in gathered_by_kind.values() if detail), "")
     gathered_any = any(bytes_ for bytes_, _ in gathered_by_kind.values())
     zero3_keeps = deepspeed.zero3_keeps_everything_gathered(plan)
-    ends_gathered = 0 if fsdp.runs_fsdp2(plan) or zero3_keeps else _gathered_vocabulary_weights(plan)
+    ends_gathered = 0 if fsdp.runs_fsdp_units(plan) or zero3_keeps else _gathered_vocabulary_weights(plan)
     kept_by_kind = {
         kind: fsdp.kept_after_forward(plan, layer) + deepspeed.kept_after_forward(plan, layer)
         for kind, layer in states.gathered_layer_weights.items()
@@ -613,7 +636,10 @@ def _micro_batch(
     for run_index, (first_index, count, kind) in enumerate(traces.runs):
         kind_traces = traces.kinds[kind]
         if gathered_any:
-            account.set("parameters", "gathered weights", gathered_by_kind[kind][0], gathered_detail)
+            forward_gathered = fsdp.forward_gathered_bytes(
+                plan, states.gathered_layer_weights[kind], gathered_by_kind[kind][0]
+            )
+            account.set("parameters", "gathered weights", forward_gathered, gathered_detail)
         pieces = [(kind_traces.first_layer, [first_index]), (kind_traces.layer, list(range(first_index + 1, first_index + count)))]
         if run_index:
             pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]
@@ -692,7 +718,28 @@ def _micro_batch(
             account.set(
                 "overhead", "ZeRO reduce bucket", deepspeed.reduce_bucket_bytes(plan), deepspeed.BUCKET_DETAIL_BACKWARD
             )
-            account.record("reduce bucket" + suffix, "backward", micro_batch)
+            # The hook that allocates it holds the head's new gradient, before the final norm's backward.
+            head_grads = 0 if grads_exist else head.parameter_grad_bytes - _pending_tied_gradient(plan, stage)
+            norm = _cached(
+                ("final_norm", plan.architecture, dtensor_tp.loss_head_shape(plan, _shape(plan)), _kernels(plan, False)),
+                lambda: trace_final_norm(
+                    plan.architecture,
+                    dtensor_tp.loss_head_shape(plan, _shape(plan)),
+                    _kernels(plan, False),
+                    Trainability(plan.module_trains, plan.has_adapter),
+                ),
+            )
+            account.record(
+                "reduce bucket" + suffix,
+                "backward",
+                micro_batch,
+                {
+                    ("gradients", "gradients"): head_grads,
+                    ("activations", "logits and loss temporaries"): deepspeed.bucket_moment_activation_bytes(
+                        plan, norm, stream
+                    ),
+                },
+            )
         pending = _pending_tied_gradient(plan, stage)
         # A tied head's gradient of the embedding waits in the autograd engine for the embedding's own.
         account.set(
@@ -784,8 +831,26 @@ def _micro_batch(
     account.set("parameters", "gathered embedding and head", 0)
     if zero3_keeps:
         account.set("parameters", "persistent gathered parameters", _persistent_small_params(plan))
+    _zero_backward_epilogue(plan, states, account, micro_batch, suffix)
     if not deepspeed.bucket_is_resident(plan):
         account.set("overhead", "ZeRO reduce bucket", 0)  # cleared by the backward's epilogue
+
+
+def _zero_backward_epilogue(plan: Plan, states: ModelStates, account: MemoryAccount, micro_batch: int, suffix: str) -> None:
+    """DeepSpeed ZeRO-1/2's end of backward (``independent_gradient_partition_epilogue``), while the
+    bucket is alive: the flattened bucket, the fp64 norm copies under offload, then the partition's
+    gradients (trainmem.parallel.deepspeed)."""
+    flattened = deepspeed.flattened_bucket_bytes(plan, states.trainable_numel)
+    if flattened:
+        account.details[("overhead", "ZeRO flattened gradients")] = deepspeed.FLATTENED_DETAIL
+        account.record("reduce bucket: all-reduce" + suffix, "backward", micro_batch, {("overhead", "ZeRO flattened gradients"): flattened})
+    partition = states.trainable_numel // max(1, plan.sharding.optimizer)
+    norm_copy = deepspeed.offload_norm_copy_bytes(plan, states.largest_trainable_numel, partition)
+    if norm_copy:
+        account.details[("overhead", "fp64 gradient copy")] = deepspeed.NORM_COPY_DETAIL
+        account.record("gradient norms" + suffix, "backward", micro_batch, {("overhead", "fp64 gradient copy"): norm_copy})
+    if deepspeed.gradients_live_in_bucket(plan) and micro_batch == 1:
+        account.set("gradients", "gradients", deepspeed.partition_gradient_bytes(plan, states.trainable_numel))
 
 
 def _pending_tied_gradient(plan: Plan, stage: Stage) -> int:
@@ -826,8 +891,13 @@ def _resident_gradient_buffer(plan: Plan) -> str:
 
 def _stored(plan: Plan, stored: int, produced: int) -> int:
     """Gradient bytes left after a layer: the stored (sharded, cast) form, or what backward produced."""
-    if _resident_gradient_buffer(plan):
-        return 0  # accumulated into the resident buffer
+    if (
+        _resident_gradient_buffer(plan)
+        or deepspeed.gradients_live_in_bucket(plan)
+        or deepspeed.gradients_go_to_host(plan)
+        or fsdp.offloads_to_host(plan)
+    ):
+        return 0  # accumulated into the resident buffer, copied into ZeRO-2's reduce bucket or to the host
     if plan.sharding.gradients > 1 or plan.lora:
         return stored
     return produced

@@ -129,13 +129,53 @@ def compare(measurement: Measurement, report: Any) -> CaseComparison:
 
 
 def measured_breakdown_for(measurement: Measurement, report: Any) -> tuple[Any, str]:
-    """The measured breakdown to compare categories with: at the peak, or at a tied phase peak."""
+    """The measured breakdown to compare categories with: at the peak, or at a tied phase peak, or at the
+    tied high-water mark of the segment the prediction names (e.g. ``layer 3 backward`` against the measured
+    ``backward layers.3``, when the measured peak is in the neighbouring ``backward head``)."""
     predicted_phase = getattr(getattr(report, "peak", None), "phase", None)
     if predicted_phase and predicted_phase != measurement.peak.phase:
         tied = measurement.phase_peaks.get(predicted_phase)
         if tied is not None and tied.bytes >= (1 - TIE_FRACTION) * measurement.peak_allocated_bytes:
             return tied.breakdown, f"{predicted_phase} (tie)"
+    segment = _tied_segment(measurement, report)
+    if segment is not None:
+        return segment
     return measurement.breakdown, "peak"
+
+
+def _measured_label(predicted_label: str) -> Optional[str]:
+    """The measured timeline's segment (trainmem.measure.step's markers) a predicted moment falls in."""
+    import re
+
+    label = predicted_label.split(" (micro-batch")[0]
+    layer = re.fullmatch(r"layer (\d+) (forward|backward)", label)
+    if layer:
+        return f"{layer.group(2)} layers.{layer.group(1)}"
+    named = {"embedding": "forward embeddings", "embedding backward": "backward embeddings", "loss": "loss"}
+    if label in named:
+        return named[label]
+    if label in ("loss backward", "reduce bucket"):
+        return "backward head"
+    return None
+
+
+def _tied_segment(measurement: Measurement, report: Any) -> Optional[tuple[Any, str]]:
+    timeline, peak = getattr(report, "timeline", None), getattr(report, "peak", None)
+    if timeline is None or peak is None or peak.phase != measurement.peak.phase:
+        return None
+    wanted = _measured_label(timeline.labels[peak.index])
+    if wanted is None or wanted == measurement.peak.label:
+        return None
+    later = timeline.micro_batches[peak.index] > 1
+    measured = measurement.timeline
+    positions = [i for i, label in enumerate(measured.labels) if label == wanted]
+    if not positions:
+        return None
+    at = positions[-1] if later else positions[0]
+    values = {category: getattr(measured, category)[at] for category in CATEGORIES}
+    if sum(values.values()) < (1 - TIE_FRACTION) * measurement.peak_allocated_bytes:
+        return None
+    return type(measurement.breakdown)(**values), f"{wanted} (tie)"
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

@@ -6,8 +6,8 @@ estimate) and an upper figure (the upper bound the fit verdict uses):
 * **CUDA context** by GPU architecture, with lazy module loading (CUDA ≥ 11.7, PyTorch's
   default); eager loading (``CUDA_MODULE_LOADING=EAGER`` or CUDA before 11.7) adds every kernel.
   ``runtime.cuda_context_mib`` replaces both figures with a measured one.
-* **NCCL** per communicator the rank joins (:func:`communicators` is the hook a per-process-group
-  model fills; today: one communicator per parallel dimension of size > 1).
+* **NCCL** per communicator the rank joins: one per process group the layout runs collectives on,
+  each sized from NCCL's defaults (:mod:`trainmem.parallel.nccl`).
 * **torch.compile** (Triton kernels in the context) and **CUDA graphs** (a private pool that keeps
   the captured activations reserved apart from the default pools).
 
@@ -61,15 +61,9 @@ def communicators(plan: Plan) -> list[Communicator]:
     A hook: a model of per-process-group communicators (FSDP's, DeepSpeed's and Megatron's extra
     groups) replaces this list; each communicator is charged the per-communicator figures.
     """
-    parallel = plan.parallel
-    groups = [
-        ("data parallel", plan.data_parallel_size),
-        ("tensor parallel", parallel.tensor_parallel_size),
-        ("pipeline parallel", parallel.pipeline_parallel_size),
-        ("context parallel", parallel.context_parallel_size),
-        ("expert parallel", parallel.expert_parallel_size),
-    ]
-    return [Communicator(name, size) for name, size in groups if size > 1]
+    from ..parallel.nccl import process_groups
+
+    return [Communicator(group.name, group.size) for group in process_groups(plan)]
 
 
 def eager_module_loading(plan: Plan) -> bool:
@@ -106,11 +100,16 @@ def cuda_context(plan: Plan, gpu_architecture: str) -> OutsidePart:
     )
 
 
-def nccl(plan: Plan) -> OutsidePart:
+def nccl(plan: Plan, gpu_architecture: str = "") -> OutsidePart:
+    """NCCL's buffers: one communicator per process group, each from NCCL's defaults
+    (trainmem.parallel.nccl); the upper figure stays the multi-communicator one."""
+    from ..parallel import nccl as nccl_model
+
     data = overheads()["nccl"]
     groups = communicators(plan)
-    best = len(groups) * data["per_communicator_mib"] * MIB
-    upper = len(groups) * data["upper_per_communicator_mib"] * MIB
+    process_groups = nccl_model.process_groups(plan)
+    best = sum(nccl_model.communicator_bytes(group, gpu_architecture) for group in process_groups)
+    upper = max(best, len(groups) * data["upper_per_communicator_mib"] * MIB)
     names = ", ".join(f"{g.name} ({g.size} ranks)" for g in groups)
     override = plan.setup.runtime.nccl_communicator_mib
     if override is not None:  # the user's own figure (e.g. NVLS on Hopper): best and upper alike
@@ -122,7 +121,7 @@ def nccl(plan: Plan) -> OutsidePart:
         "NCCL buffers",
         best,
         upper,
-        f"{len(groups)} communicator(s): {names}; {data['per_communicator_source']}",
+        nccl_model.describe(process_groups, gpu_architecture),
         f"{data['upper_per_communicator_mib']} MiB per communicator: {data['upper_source']}",
     )
 
@@ -149,7 +148,7 @@ def outside_parts(plan: Plan, gpu_architecture: str, activations_at_peak_bytes: 
     """Every part outside the allocator for a CUDA run of ``plan`` (none on CPU)."""
     if plan.device != "cuda":
         return []
-    parts = [cuda_context(plan, gpu_architecture), nccl(plan)]
+    parts = [cuda_context(plan, gpu_architecture), nccl(plan, gpu_architecture)]
     parts += compile_and_graphs(plan, activations_at_peak_bytes)
     return [part for part in parts if part.bytes or part.upper_bytes]
 

@@ -26,7 +26,10 @@ gloo's collectives need real data.
 
 Offload: on CPU the offloaded tensors live in the same pool as everything else; the
 framework's own attribute names (e.g. DeepSpeed's ``single_partition_of_fp32_groups``
-under ``offload_optimizer``) say which storages would be in host memory on a GPU.
+under ``offload_optimizer``, :meth:`~trainmem.measure.frameworks.Framework.host_tensors`)
+say which storages would be in host memory on a GPU. Their allocations are left out of the
+log, so that the record's peak and breakdown are the device side as ``max_memory_allocated``
+would see it, and their bytes are recorded apart in ``host_parts``.
 """
 
 from __future__ import annotations
@@ -60,8 +63,6 @@ def check_distributed(setup: Setup) -> None:
             problems.append("parallelism.tensor_parallel_flavor 'megatron' (measured: 'dtensor')")
         if parallel.strategy != "ddp":
             problems.append("tensor parallelism with a sharded data-parallel strategy")
-    if parallel.strategy == "fsdp" and parallel.fsdp_version != 2:
-        problems.append("parallelism.fsdp_version 1 (measured: FSDP2)")
     if setup.finetuning.method != "full":
         problems.append(f"finetuning.method {setup.finetuning.method!r} (measured: full)")
     if problems:
@@ -140,6 +141,7 @@ def _measure_rank(
     import torch.distributed as dist
 
     from .accounting import StepLog, account, rebased_at_first_mark
+    from .events import MARK
     from .frameworks import FRAMEWORKS, framework_name
     from .hf_model import base_model, build_model
     from .record import Kernels
@@ -163,6 +165,7 @@ def _measure_rank(
             num_parameters = sum(parameter.numel() for parameter in model.parameters())
             framework = FRAMEWORKS[name](setup, model, world_size)
             owned: dict[int, tuple[str, str]] = {}
+            host: dict[int, str] = {}
             framework.on_buffer = lambda category, part, tensor: _label_one(tracker, owned, category, part, tensor)
             framework.wrap()
             vocab_size = base_model(model).config.vocab_size
@@ -176,6 +179,7 @@ def _measure_rank(
             def label() -> None:
                 _set_roles(tracker, framework, batch)
                 _label(tracker, framework, owned)
+                _note_host(tracker, framework, host)
 
             label()
             step.snapshot_hook = label
@@ -187,13 +191,16 @@ def _measure_rank(
     log = rebased_at_first_mark(
         StepLog(
             storages=tracker.storages,
-            events=tracker.events,
+            events=[event for event in tracker.events if event[1] not in host or event[0] == MARK],
             segments=tracker.segments,
             gradient_storages=step.gradient_storages,
             optimizer_state_storages=step.optimizer_state_storages,
             assigned=owned,
         )
     )
+    host_parts: dict[str, int] = {}
+    for index, part in host.items():
+        host_parts[part] = host_parts.get(part, 0) + tracker.storages[index].nbytes
     accounting = account(log)
     autocast_dtype = AUTOCAST_DTYPES.get(setup.precision)
     kernels = Kernels(
@@ -238,6 +245,7 @@ def _measure_rank(
         rank=rank,
         world_size=world_size,
         framework=name,
+        host_parts=dict(sorted(host_parts.items())),
     )
 
 
@@ -260,6 +268,18 @@ def _label(tracker: Any, framework: Any, owned: dict[int, tuple[str, str]]) -> N
     optimizer state or the batch keep that role."""
     for category, part, tensor in framework.owned_tensors():
         _label_one(tracker, owned, category, part, tensor)
+
+
+def _note_host(tracker: Any, framework: Any, host: dict[int, str]) -> None:
+    """Remember the storages the framework would keep in host memory (first name wins); their
+    allocations are left out of the device-side log, and their bytes are recorded apart."""
+    from .tracker import plain_tensors
+
+    for _, part, tensor in framework.host_tensors():
+        for plain in plain_tensors(tensor):
+            index = tracker.index_of(plain)
+            if index is not None:
+                host.setdefault(index, part)
 
 
 def _label_one(tracker: Any, owned: dict[int, tuple[str, str]], category: str, part: str, tensor: Any) -> None:

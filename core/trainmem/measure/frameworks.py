@@ -41,12 +41,12 @@ Owned = list[tuple[str, str, torch.Tensor]]
 
 
 def framework_name(setup: Setup) -> str:
-    """Which framework a distributed setup runs: ddp, fsdp2, dtensor-tp or deepspeed."""
+    """Which framework a distributed setup runs: ddp, fsdp1, fsdp2, dtensor-tp or deepspeed."""
     parallel = setup.parallelism
     if parallel.tensor_parallel_size > 1:
         return "dtensor-tp"
     if parallel.strategy == "fsdp":
-        return "fsdp2"
+        return "fsdp1" if parallel.fsdp_version == 1 else "fsdp2"
     if parallel.strategy == "zero":
         return "deepspeed"
     return "ddp"
@@ -92,6 +92,11 @@ class Framework:
 
     def owned_tensors(self) -> Owned:
         """Tensors the framework holds outside parameters, .grad and optimizer.state."""
+        return []
+
+    def host_tensors(self) -> Owned:
+        """Tensors the framework would keep in host memory on a GPU machine (offload), as (category, part,
+        tensor); on the CPU they share the one pool, so the measurement counts them apart."""
         return []
 
     def parameter_tensors(self) -> Iterator[torch.Tensor]:
@@ -150,7 +155,16 @@ class FSDP2(Framework):
                 parallel.fsdp_reduce_dtype
             ]
             policy = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=reduce)
-        options = {"mesh": mesh, "reshard_after_forward": parallel.fsdp_reshard_after_forward, "mp_policy": policy}
+        options: dict[str, Any] = {
+            "mesh": mesh,
+            "reshard_after_forward": parallel.fsdp_reshard_after_forward,
+            "mp_policy": policy,
+        }
+        if parallel.offload_parameters or parallel.offload_optimizer:
+            from torch.distributed.fsdp import CPUOffloadPolicy
+
+            # pin_memory needs CUDA; on the CPU the placement is what is measured (host_tensors).
+            options["offload_policy"] = CPUOffloadPolicy(pin_memory=False)
         for layer in decoder_layers(self.model):
             fully_shard(layer, **options)
         fully_shard(self.model, **options)
@@ -187,6 +201,22 @@ class FSDP2(Framework):
         _fsdp_param_group.foreach_all_gather = labelled_all_gather
         _fsdp_param_group.foreach_reduce = labelled_reduce
 
+    def host_tensors(self) -> Owned:
+        """``CPUOffloadPolicy`` (``_fsdp_param.py``: ``FSDPParam`` keeps ``sharded_param`` on the CPU, the
+        reduce-scattered gradient is copied to it in ``foreach_reduce``, and the optimizer steps on the
+        CPU): the sharded parameters, their gradients and the optimizer states are host memory."""
+        parallel = self.setup.parallelism
+        if not (parallel.offload_parameters or parallel.offload_optimizer):
+            return []
+        host: Owned = []
+        for parameter in self.model.parameters():
+            host.append(("parameters", "parameters/fsdp sharded parameters (CPUOffloadPolicy)", parameter))
+            if isinstance(parameter.grad, torch.Tensor):
+                host.append(("gradients", "gradients/fsdp sharded gradients (CPUOffloadPolicy)", parameter.grad))
+        for tensor in self.optimizer_state_tensors():
+            host.append(("optimizer_states", "optimizer_states/optimizer state", tensor))
+        return host
+
     def owned_tensors(self) -> Owned:
         owned: Owned = []
         for module in self.model.modules():
@@ -205,6 +235,69 @@ class FSDP2(Framework):
                 unsharded_grad = getattr(fsdp_param, "unsharded_accumulated_grad", None)
                 if isinstance(unsharded_grad, torch.Tensor):
                     owned.append(("gradients", "gradients/fsdp unsharded accumulated gradients", unsharded_grad))
+        return owned
+
+
+class FSDP1(Framework):
+    """``FullyShardedDataParallel`` (torch/distributed/fsdp/fully_sharded_data_parallel.py) with a
+    ``ModuleWrapPolicy`` on the decoder layers (one FlatParameter per layer, the rest in the root),
+    ``use_orig_params=True`` and the setup's sharding strategy."""
+
+    name = "fsdp1"
+
+    def wrap(self) -> None:
+        from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        parallel = self.setup.parallelism
+        layer_class = type(decoder_layers(self.model)[0])
+        mixed = None
+        if self.setup.precision in ("bf16-mixed", "fp16-mixed"):
+            half = torch.bfloat16 if self.setup.precision == "bf16-mixed" else torch.float16
+            reduce = {None: half, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
+                parallel.fsdp_reduce_dtype
+            ]
+            mixed = MixedPrecision(param_dtype=half, reduce_dtype=reduce)
+        mesh = None
+        if parallel.fsdp_sharding_strategy == "HYBRID_SHARD":
+            # HSDP: shard within a "node" of gpus_per_node ranks, replicate across them (a 2-D mesh;
+            # FSDP1's own default would size the shard group by torch.cuda.device_count()).
+            from torch.distributed.device_mesh import init_device_mesh
+
+            shard = min(self.world_size, parallel.gpus_per_node)
+            mesh = init_device_mesh("cpu", (self.world_size // shard, shard), mesh_dim_names=("replicate", "shard"))
+        self.model = FullyShardedDataParallel(
+            self.model,
+            auto_wrap_policy=ModuleWrapPolicy({layer_class}),
+            sharding_strategy=getattr(ShardingStrategy, parallel.fsdp_sharding_strategy),
+            mixed_precision=mixed,
+            use_orig_params=True,
+            device_id=torch.device("cpu"),
+            device_mesh=mesh,
+        )
+        self.forward_module = self.model
+        self._torch_optimizer()
+
+    def owned_tensors(self) -> Owned:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        owned: Owned = []
+        for module in self.model.modules():
+            if not isinstance(module, FullyShardedDataParallel):
+                continue
+            handle = getattr(module, "_handle", None)
+            flat = getattr(handle, "flat_param", None)
+            if flat is None:
+                continue
+            owned.append(("parameters", "parameters/fsdp1 sharded FlatParameter", flat))
+            for name in ("_full_param_padded", "_mp_shard"):
+                tensor = getattr(flat, name, None)
+                if isinstance(tensor, torch.Tensor):
+                    owned.append(("parameters", f"parameters/fsdp1 {name}", tensor))
+            for name in ("_saved_grad_shard", "_cpu_grad"):
+                tensor = getattr(flat, name, None)
+                if isinstance(tensor, torch.Tensor):
+                    owned.append(("gradients", f"gradients/fsdp1 {name}", tensor))
         return owned
 
 
@@ -308,12 +401,63 @@ class DeepSpeed(Framework):
 
     def _label_reduce_buckets(self) -> None:
         """ZeRO-1/2 allocate their reduce buckets in ``setup_buckets`` when a backward starts and clear
-        them at its end: name them as they are made."""
+        them at its end: name them as they are made.
+
+        Two more transient tensors are named as they appear (stage 1/2 only):
+
+        * each ``param.grad`` as DeepSpeed's gradient hook receives it (``process_gradients``,
+          called from ``grad_handling_hook``): under ZeRO-2 the hook copies it into the bucket and
+          drops it at once, so no snapshot would see it as a gradient;
+        * the outputs of ``self.flatten`` (``_flatten_dense_tensors``): ``allreduce_bucket``
+          flattens the bucket's gradients before the all-reduce, ``step`` flattens the partition;
+        * under offload, the fp64 copy ``set_norm_for_param_grad_in_gpu`` takes of each gradient for
+          its norm.
+        """
         optimizer = self.zero_optimizer
         setup_buckets = getattr(optimizer, "setup_buckets", None)
         if setup_buckets is None:
             return
         framework = self
+        process_gradients = getattr(optimizer, "process_gradients", None)
+        if process_gradients is not None:
+
+            def labelled_process_gradients(param: Any, *args: Any, **kwargs: Any) -> Any:
+                grad = getattr(param, "grad", None)
+                if isinstance(grad, torch.Tensor):
+                    framework.on_buffer("gradients", "gradients/param.grad (as DeepSpeed's gradient hook receives it)", grad)
+                return process_gradients(param, *args, **kwargs)
+
+            optimizer.process_gradients = labelled_process_gradients
+        flatten = getattr(optimizer, "flatten", None)
+        if flatten is not None:
+
+            def labelled_flatten(*args: Any, **kwargs: Any) -> Any:
+                result = flatten(*args, **kwargs)
+                if isinstance(result, torch.Tensor):
+                    framework.on_buffer("overhead", "overhead/deepspeed flattened gradients (self.flatten)", result)
+                return result
+
+            optimizer.flatten = labelled_flatten
+        norm_in_gpu = getattr(optimizer, "set_norm_for_param_grad_in_gpu", None)
+        if norm_in_gpu is not None:
+
+            def labelled_norm_in_gpu(*args: Any, **kwargs: Any) -> Any:
+                # ``accumulated_grad.data.to(get_norm_dtype()).norm(2)``: name the fp64 copy as it is made.
+                original_to = torch.Tensor.to
+
+                def labelled_to(tensor: torch.Tensor, *to_args: Any, **to_kwargs: Any) -> Any:
+                    result = original_to(tensor, *to_args, **to_kwargs)
+                    if result is not tensor:
+                        framework.on_buffer("overhead", "overhead/deepspeed fp64 gradient copy for its norm", result)
+                    return result
+
+                torch.Tensor.to = labelled_to  # type: ignore[method-assign]
+                try:
+                    return norm_in_gpu(*args, **kwargs)
+                finally:
+                    torch.Tensor.to = original_to  # type: ignore[method-assign]
+
+            optimizer.set_norm_for_param_grad_in_gpu = labelled_norm_in_gpu
 
         def labelled_setup_buckets(*args: Any, **kwargs: Any) -> Any:
             result = setup_buckets(*args, **kwargs)
@@ -354,6 +498,48 @@ class DeepSpeed(Framework):
         for name, tensor in named_tensors(self.zero_optimizer):
             owned.append((*_DEEPSPEED_ATTRIBUTES.get(name, ("overhead", "overhead/deepspeed " + name)), tensor))
         return owned
+
+    def host_tensors(self) -> Owned:
+        """What DeepSpeed puts in host memory under offload, by its source (0.19):
+
+        * ZeRO-1/2 ``offload_optimizer`` (``stage_1_and_2.py``, ``DeepSpeedZeroOptimizer.__init__``
+          with ``cpu_offload``, ``self.device = 'cpu'``): the fp32 master partition
+          ``single_partition_of_fp32_groups`` and its ``.grad`` (``initialize_optimizer_states``),
+          the pinned bit16 staging copy ``param_buffer_of_bit16_for_cpu_offload_groups``,
+          ``temp_grad_buffer_for_cpu_offload`` (largest parameter, pinned), the gradient
+          accumulators ``accumulated_grads_in_cpu`` and the optimizer's states. On the GPU stay
+          ``bit16_groups_flat``, the reduce buckets and ``temp_grad_buffer_for_gpu_offload``.
+        * ZeRO-3 ``offload_optimizer`` (``stage3.py``, ``self.device = 'cpu'``):
+          ``fp32_partitioned_groups_flat`` and its ``.grad`` (``initialize_optimizer_states``), the
+          pinned ``grad_partitions_flat_buffer`` and the optimizer's states; ``offload_param``: the
+          parameters' partitions (``ds_tensor``).
+        """
+        parallel = self.setup.parallelism
+        optimizer = self.zero_optimizer
+        host: Owned = []
+        if parallel.offload_optimizer:
+            for name in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat"):
+                category, part = _DEEPSPEED_ATTRIBUTES[name]
+                for tensor in _tensors_in(getattr(optimizer, name, None), 1):
+                    host.append((category, part, tensor))
+                    if isinstance(tensor.grad, torch.Tensor):
+                        host.append(("gradients", "gradients/deepspeed fp32 gradient partition (.grad of the master)", tensor.grad))
+            for name, category in (
+                ("param_buffer_of_bit16_for_cpu_offload_groups", "overhead"),
+                ("temp_grad_buffer_for_cpu_offload", "overhead"),
+                ("accumulated_grads_in_cpu", "gradients"),
+                ("grad_partitions_flat_buffer", "gradients"),
+            ):
+                for tensor in _tensors_in(getattr(optimizer, name, None), 1):
+                    host.append((category, f"{category}/deepspeed {name}", tensor))
+            for tensor in self.optimizer_state_tensors():
+                host.append(("optimizer_states", "optimizer_states/optimizer state", tensor))
+        if parallel.offload_parameters:
+            for parameter in self.model.parameters():
+                partition = getattr(parameter, "ds_tensor", None)
+                if isinstance(partition, torch.Tensor):
+                    host.append(("parameters", "parameters/deepspeed ds_tensor (offload_param)", partition))
+        return host
 
     @property
     def optimizer_class(self) -> str:
@@ -417,4 +603,4 @@ class DeepSpeedStep(TrainingStep):
         return [value for state in inner.state.values() for value in state.values() if isinstance(value, torch.Tensor)]
 
 
-FRAMEWORKS = {"ddp": DDP, "fsdp2": FSDP2, "dtensor-tp": DTensorTP, "deepspeed": DeepSpeed}
+FRAMEWORKS = {"ddp": DDP, "fsdp1": FSDP1, "fsdp2": FSDP2, "dtensor-tp": DTensorTP, "deepspeed": DeepSpeed}

@@ -214,6 +214,12 @@ class Measurement(FrozenModel):
     notes: list[str] = Field(default_factory=list)
     rank: int = Field(default=0, description="The rank this record measured (0 for a single process).")
     world_size: int = Field(default=1, description="Processes in the measured run.")
-    framework: Optional[Literal["ddp", "fsdp2", "dtensor-tp", "deepspeed"]] = Field(
+    framework: Optional[Literal["ddp", "fsdp1", "fsdp2", "dtensor-tp", "deepspeed"]] = Field(
         default=None, description="The distributed framework that wrapped the model; None for a single process."
+    )
+    host_parts: dict[str, int] = Field(
+        default_factory=dict,
+        description="Offload: bytes of the storages the framework keeps in host memory on a GPU machine, by part "
+        "(from its source code; see trainmem.measure.frameworks). On the CPU they share the one pool; every other "
+        "figure of the record is the device side, without them.",
     )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from ..tape import DTYPE_BYTES
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..layers import Trace
     from ..plan import Plan
 
 
@@ -91,3 +92,129 @@ def zero3_keeps_everything_gathered(plan: "Plan") -> bool:
 
 def kept_after_forward(plan: "Plan", layer_bytes: int) -> int:
     return layer_bytes if zero3_keeps_everything_gathered(plan) else 0
+
+
+# ---------------------------------------------------------------------------- offload_optimizer
+
+NORM_DTYPE_BYTES = 8
+"""``get_norm_dtype()`` (deepspeed/runtime/utils.py): gradient norms are taken in fp64."""
+
+
+def runs_zero_offload(plan: "Plan") -> bool:
+    """DeepSpeed ZeRO with ``offload_optimizer`` (ZeRO-Offload; also on a single GPU, its headline use)."""
+    parallel = plan.parallel
+    return parallel.strategy == "zero" and parallel.zero_stage >= 1 and parallel.offload_optimizer
+
+
+def offload_gpu_staging_bytes(plan: "Plan", largest_numel: int) -> int:
+    """ZeRO-1/2 offload's one device buffer besides the bit16 weights and the buckets:
+    ``temp_grad_buffer_for_gpu_offload``, ``torch.zeros(largest_param_numel, dtype=self.dtype)`` on
+    the accelerator (``DeepSpeedZeroOptimizer.__init__``, stage_1_and_2.py), resident for the run."""
+    if not runs_zero_offload(plan) or plan.parallel.zero_stage == 3:
+        return 0
+    return largest_numel * DTYPE_BYTES[plan.precision.compute_weight_dtype]
+
+
+OFFLOAD_STAGING_DETAIL = "temp_grad_buffer_for_gpu_offload: the largest parameter's gradient, on the GPU (ZeRO-Offload)"
+
+
+def offload_norm_copy_bytes(plan: "Plan", largest_numel: int, partition_numel: int) -> int:
+    """ZeRO-1/2 offload, end of backward: ``set_norm_for_param_grad_in_gpu`` (stage_1_and_2.py) takes each
+    partition gradient's norm on the GPU through an fp64 copy (``.to(get_norm_dtype()).norm(2)``), one
+    parameter at a time: the largest parameter's slice in the rank's partition, in fp64, while the
+    reduce bucket is alive (measured: ``zero2-llama-7m-bf16-offload-w2``, 16 MB for an 8000 × 256
+    embedding)."""
+    if not runs_zero_offload(plan) or plan.parallel.zero_stage == 3:
+        return 0
+    return min(largest_numel, partition_numel) * NORM_DTYPE_BYTES
+
+
+NORM_COPY_DETAIL = "fp64 copy of a gradient for its norm (set_norm_for_param_grad_in_gpu), while the bucket is reduced"
+
+
+def offloaded_gradient_parts(plan: "Plan", trainable_numel: int, largest_numel: int) -> list[tuple[str, int, str]]:
+    """The host-memory buffers offload_optimizer adds to the fp32 master partition and the optimizer
+    states, per rank, as (name, bytes, detail); all pinned (``pin_memory`` defaults to True):
+
+    * stage 1/2 (``DeepSpeedZeroOptimizer``, ``self.device = 'cpu'``): the fp32 gradient partition
+      (``single_partition_of_fp32_groups[i].grad``, ``initialize_optimizer_states``), the bit16
+      staging copy of the partition (``param_buffer_of_bit16_for_cpu_offload_groups``), and
+      ``temp_grad_buffer_for_cpu_offload`` (the largest parameter in the bit16 dtype);
+    * stage 3 (``DeepSpeedZeroOptimizer_Stage3``): ``grad_partitions_flat_buffer`` (the partition in
+      the gradient-accumulation dtype, ``_create_fp16_partitions_with_defragmentation``) and the fp32
+      gradient of each sub-group's master partition (``initialize_optimizer_states``).
+
+    Measured on 2 gloo ranks (``zero2/zero3-llama-7m-bf16-offload-w2``): to the byte, but for padding.
+    """
+    if not runs_zero_offload(plan):
+        return []
+    parallel = plan.parallel
+    partition = trainable_numel // plan.sharding.optimizer
+    bit16 = DTYPE_BYTES[plan.precision.compute_weight_dtype]
+    if parallel.zero_stage == 3:
+        return [
+            ("gradient partition", partition * DTYPE_BYTES[plan.precision.gradient_dtype], "grad_partitions_flat_buffer (pinned)"),
+            ("fp32 gradient partition", partition * 4, "fp32 .grad of the master partition (pinned)"),
+        ]
+    return [
+        ("fp32 gradient partition", partition * 4, "fp32 .grad of the master partition (pinned)"),
+        ("bit16 partition staging copy", partition * bit16, "param_buffer_of_bit16_for_cpu_offload_groups (pinned)"),
+        ("gradient staging buffer", largest_numel * bit16, "temp_grad_buffer_for_cpu_offload: the largest parameter (pinned)"),
+    ]
+
+
+# ---------------------------------------------------------------------------- ZeRO-1/2 backward
+
+
+def gradients_live_in_bucket(plan: "Plan") -> bool:
+    """ZeRO-2 (``partition_gradients``, ``contiguous_gradients`` on by default): the gradient hook
+    (``grad_handling_hook`` -> ``process_gradients`` -> ``reduce_independent_p_g_buckets_and_remove_grads``,
+    stage_1_and_2.py) copies each new ``param.grad`` into the reduce bucket and points ``param.grad`` at
+    the copy, so no gradient outlives its hook until the backward's epilogue; ZeRO-1 (stage 1,
+    ``overlap_comm`` off) keeps its ``.grad`` tensors until ``reduce_gradients`` at the end of backward."""
+    return runs_zero(plan) and plan.parallel.zero_stage == 2
+
+
+def flattened_bucket_bytes(plan: "Plan", trainable_numel: int) -> int:
+    """ZeRO-2, end of backward: ``reduce_ipg_grads`` -> ``average_tensor`` -> ``allreduce_and_scatter``
+    -> ``allreduce_bucket`` flattens the bucket's gradients (``self.flatten``, a ``torch.cat``) before the
+    all-reduce: at most ``reduce_bucket_size`` elements in the gradient dtype, alive with the bucket.
+    Measured (``zero2-llama-7m-*``): the whole model's 7M gradients in one copy. ZeRO-1 does not take
+    this path in the pinned version (measured: no such copy)."""
+    if not gradients_live_in_bucket(plan):
+        return 0
+    elements = min(trainable_numel, plan.parallel.zero_reduce_bucket_size)
+    return elements * DTYPE_BYTES[plan.precision.gradient_dtype]
+
+
+FLATTENED_DETAIL = "allreduce_bucket flattens the bucket's gradients before the all-reduce (end of backward)"
+
+
+def partition_gradient_bytes(plan: "Plan", trainable_numel: int) -> int:
+    """ZeRO-2 without offload: after the bucket is reduced, ``copy_grads_in_partition`` keeps the rank's
+    partition of the gradients in ``grads_in_partition`` (``torch.empty`` of the partition, gradient dtype),
+    the ``averaged_gradients`` the optimizer step reads."""
+    if not gradients_live_in_bucket(plan) or plan.parallel.offload_optimizer:
+        return 0
+    return trainable_numel // plan.sharding.gradients * DTYPE_BYTES[plan.precision.gradient_dtype]
+
+
+def bucket_moment_activation_bytes(plan: "Plan", final_norm: "Trace", stream_bytes: int) -> int:
+    """Activation bytes of the loss head alive when ZeRO-1/2's first gradient hook allocates the bucket.
+
+    The hook runs on ``lm_head``'s weight gradient: the final norm's saved tensors and the gradient
+    flowing into it are alive. ZeRO-2 drops the head's gradient into the bucket at once; ZeRO-1 keeps
+    it through the final norm's backward, whose high-water mark (saved tensors, the incoming gradient,
+    fp32 intermediates) then sits on top of the bucket (measured: ``zero1/zero2-llama-7m-bf16-w2``,
+    the "backward head" segment)."""
+    before_norm = final_norm.saved_activation_bytes + stream_bytes
+    if gradients_live_in_bucket(plan):
+        return before_norm
+    return max(before_norm, final_norm.backward_peak_bytes)
+
+
+def gradients_go_to_host(plan: "Plan") -> bool:
+    """ZeRO-3 with ``offload_optimizer``: each reduce-scattered gradient partition is copied into the
+    pinned host ``grad_partitions_flat_buffer`` (``partition_grads``, stage3.py), so none stays on
+    the GPU after its layer's backward (measured: ``zero3-llama-7m-bf16-offload-w2``)."""
+    return runs_zero_offload(plan) and plan.parallel.zero_stage == 3

@@ -47,11 +47,37 @@ def runs_fsdp2(plan: "Plan") -> bool:
     return parallel.strategy == "fsdp" and parallel.fsdp_version == 2 and plan.sharding.weights > 1
 
 
+def runs_fsdp1(plan: "Plan") -> bool:
+    """FSDP1 (``FullyShardedDataParallel``, one FlatParameter per wrapped decoder layer and one for the
+    root) with sharded weights."""
+    parallel = plan.parallel
+    return parallel.strategy == "fsdp" and parallel.fsdp_version == 1 and plan.sharding.weights > 1
+
+
+def runs_fsdp_units(plan: "Plan") -> bool:
+    """FSDP1 or FSDP2 wrapped per decoder layer and on the root: the root-unit and prefetch rules hold for both.
+
+    FSDP1's root is not resharded after forward either (``_post_forward_reshard`` in
+    ``torch/distributed/fsdp/_runtime_utils.py`` skips the root under FULL_SHARD: its parameters
+    are used again at once by backward), and ``BackwardPrefetch.BACKWARD_PRE`` (the default)
+    all-gathers the next layer when a layer's backward starts, the last one in the root's
+    pre-backward. Measured (``fsdp1-llama-7m-fp32-w2``)."""
+    return runs_fsdp2(plan) or runs_fsdp1(plan)
+
+
 def root_unit_bytes(plan: "Plan", stage: "Stage") -> int:
     """Unsharded weights of the root unit: every tensor outside the decoder layers, in the compute dtype."""
-    if not runs_fsdp2(plan):
+    if not runs_fsdp_units(plan):
         return 0
     return ends_bytes(plan, stage)
+
+
+def forward_gathered_bytes(plan: "Plan", layer_bytes: int, default: int) -> int:
+    """A layer's gathered weights during its forward: FSDP1 all-gathers straight into the unit's padded
+    unsharded FlatParameter (``_full_param_padded``, ``FlatParamHandle.unshard``), one copy, and does not
+    prefetch in forward (``forward_prefetch=False``); FSDP2 keeps ``default`` (all-gather output and
+    unsharded parameters)."""
+    return layer_bytes if runs_fsdp1(plan) else default
 
 
 def ends_bytes(plan: "Plan", stage: "Stage") -> int:
@@ -69,6 +95,24 @@ def kept_after_forward(plan: "Plan", layer_bytes: int) -> int:
 
 def backward_prefetch_bytes(plan: "Plan", layer_bytes: int) -> int:
     """The last layer's all-gather output alive during the loss head's backward (0 if it was never resharded)."""
-    if not runs_fsdp2(plan) or not plan.parallel.fsdp_reshard_after_forward:
+    if not runs_fsdp_units(plan) or not plan.parallel.fsdp_reshard_after_forward:
         return 0
     return layer_bytes
+
+
+def offloads_to_host(plan: "Plan") -> bool:
+    """FSDP CPU offload (FSDP2 ``CPUOffloadPolicy``, FSDP1 ``CPUOffload(offload_params=True)``; trainmem's
+    ``offload_parameters`` for strategy 'fsdp'): the sharded parameters, their gradients and the optimizer
+    states live on the host; ``foreach_reduce`` (``_fsdp_collectives.py``) copies each reduce-scattered
+    gradient shard to the CPU, so none stays on the GPU after its layer's backward. Not measured: on a
+    CPU-only machine the host-device copies are no-ops, so the device side cannot be told apart."""
+    parallel = plan.parallel
+    return parallel.strategy == "fsdp" and parallel.offload_parameters and plan.sharding.weights > 1
+
+
+def offloaded_gradient_parts(plan: "Plan", trainable_numel: int) -> list[tuple[str, int, str]]:
+    """The gradient shard FSDP's CPU offload keeps on the host, as (name, bytes, detail)."""
+    if not offloads_to_host(plan):
+        return []
+    shard = trainable_numel // plan.sharding.gradients * DTYPE_BYTES[plan.precision.gradient_dtype]
+    return [("gradient shard", shard, "sharded gradients on the CPU (CPUOffloadPolicy)")]

@@ -79,8 +79,11 @@ class HostMemory:
         return max(self.steady_bytes, self.load_bytes)
 
 
-def host_memory(plan: "Plan", offloaded_bytes_per_rank: int) -> HostMemory:
-    """Host RAM per node for ``plan``, given each rank's offloaded model-state bytes."""
+def host_memory(
+    plan: "Plan", offloaded_bytes_per_rank: int, offloaded_parts: "tuple[tuple[str, int, str], ...]" = ()
+) -> HostMemory:
+    """Host RAM per node for ``plan``, given each rank's offloaded model-state bytes (and, when known,
+    what they are made of: (name, bytes per rank, detail), listed one by one for the node)."""
     setup, parallel, runtime = plan.setup, plan.parallel, plan.setup.runtime
     ranks = min(parallel.gpus_per_node, parallel.num_gpus)
     baseline = HostPart(
@@ -106,6 +109,9 @@ def host_memory(plan: "Plan", offloaded_bytes_per_rank: int) -> HostMemory:
                     "DeepSpeed offload buffer_count 5 × buffer_size 1e8 per rank (ZeRO-Infinity defaults)",
                 )
             )
+        elif sum(part[1] for part in offloaded_parts) == offloaded_bytes_per_rank:
+            for name, nbytes, detail in offloaded_parts:
+                steady.append(HostPart(f"offloaded {name}", ranks * nbytes, f"{ranks} rank(s) × {detail}"))
         else:
             steady.append(
                 HostPart(
