@@ -72,7 +72,8 @@ def merge(
         strategy = values.get("parallelism.strategy")
         if strategy in ("zero", "fsdp"):
             notes.append("the number of GPUs is not in the files: trainmem assumed 1 (give --gpus N)")
-    setup_dict = merge_patch(merge_patch(base, _nest(values)), overrides)
+    merged = _merge_setups(base, _nest(values))
+    setup_dict = _merge_setups(merged, overrides)
     try:
         setup = Setup.model_validate(setup_dict)
     except ValidationError as error:
@@ -80,6 +81,21 @@ def merge(
     entries = _hidden_size_autos(entries, setup)
     notes += _kbit_upcast_note(setup, facts)
     return setup, KeyReport(files=files, entries=entries, notes=notes)
+
+
+MODEL_SHAPES = ("preset", "hf_config", "architecture", "num_parameters")
+
+
+def _merge_setups(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``patch`` over ``base`` as a JSON merge patch, except that a model given in another shape (a
+    config.json over a preset, say) replaces the base's model whole: the shapes exclude each other."""
+    base_model, patch_model = base.get("model"), patch.get("model")
+    if isinstance(patch_model, dict) and isinstance(base_model, (dict, str)):
+        base_shapes = set(base_model) & set(MODEL_SHAPES) if isinstance(base_model, dict) else {"preset"}
+        patch_shapes = set(patch_model) & set(MODEL_SHAPES)
+        if patch_shapes and not patch_shapes & base_shapes:
+            base = {key: value for key, value in base.items() if key != "model"}
+    return merge_patch(base, patch)
 
 
 def _kbit_upcast_note(setup: Setup, facts: dict[str, Any]) -> list[str]:
