@@ -521,4 +521,4 @@ def test_not_modelled_features_are_reported_with_their_assumption():
     assert "assumed full AdamW states" in galore["use_galore"].detail
     _, keys = inputs.read(DATA / "axolotl/lora-8b.yml")
     entry = next(e for e in keys.entries if e.key == "lora_modules_to_save")
-    assert entry.status == "not modelled" and "not counted" in entry.detail
+    assert entry.status == "modelled" and "trained full copies" in entry.detail

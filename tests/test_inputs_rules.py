@@ -176,8 +176,6 @@ def test_liger_maps_to_the_chunked_loss():
     [
         ("packing: false\npadding_free: true\n", "padding_free"),
         ("torch_compile: true\n", "torch_compile"),
-        ("use_peft: true\nuse_dora: true\n", "use_dora"),
-        ("use_peft: true\nlora_modules_to_save: [lm_head]\n", "lora_modules_to_save"),
     ],
 )
 def test_unmodelled_features_say_what_was_assumed(extra, key):

@@ -77,6 +77,8 @@ class LayerKernels:
     lora_dropout: float = 0.0
     quantized_compute_dtype: Optional[str] = None
     """QLoRA: the dtype the 4-bit base weights are dequantised to for each matmul."""
+    use_dora: bool = False
+    """PEFT DoRA on every adapter (``trainmem.dora``)."""
     fp8_matmuls: bool = False
     """Transformer Engine fp8 linear layers."""
 
@@ -190,6 +192,10 @@ class LayerProgram:
             # the module's own input, the sequence shard; lora_B, a ColumnParallelLinear, all-gathers the
             # rank-r activations over the sequence before its matmul.
             return self._lora(module, saved_input, result, in_features, out_features, gather_rows=x.numel // in_features)
+        if self.kernels.use_dora:
+            from .dora import dora_linear
+
+            return dora_linear(self, x, result, weight, in_features, out_features, bias)
         return self._lora(module, x, result, in_features, out_features)
 
     def _dequantized_matmul(self, x: Sym, weight: Sym, in_features: int, out_features: int) -> Sym:

@@ -479,6 +479,20 @@ class LoRAConfig(StrictModel):
         "for some families, which then need target_modules).",
     )
     lora_dropout: FiniteFraction = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on each adapter's input.")
+    modules_to_save: list[str] = Field(
+        default_factory=list,
+        description="PEFT modules_to_save: modules (matched as PEFT does, by the end of their path, e.g. lm_head, "
+        "embed_tokens) trained as full copies next to their frozen originals.",
+    )
+    use_dora: bool = Field(
+        default=False, description="PEFT use_dora: DoRA's magnitude vector per adapted linear and its weight norm."
+    )
+
+    @field_validator("modules_to_save")
+    @classmethod
+    def _module_names(cls, value: list[str]) -> list[str]:
+        _check_module_names(value, "modules_to_save")
+        return value
 
     @field_validator("target_modules")
     @classmethod
@@ -830,7 +844,15 @@ class Setup(StrictModel):
         from .lora_targets import resolve_lora_targets
         from .models import family_for
 
-        resolve_lora_targets(self.finetuning.lora, family_for(architecture), build_inventory(architecture))
+        from .dora import check_dora
+        from .modules_to_save import check_no_adapter_overlap, check_quantized_base, saved_tensor_names
+
+        inventory = build_inventory(architecture)
+        targets = resolve_lora_targets(self.finetuning.lora, family_for(architecture), inventory)
+        check_dora(self, targets)
+        saved = saved_tensor_names(self.finetuning.lora.modules_to_save, inventory)
+        check_no_adapter_overlap(saved, targets.modules)
+        check_quantized_base(saved, inventory, self.finetuning.method)
 
     def pipeline_and_accumulation_mismatch(self) -> bool:
         return 1 < self.parallelism.pipeline_parallel_size > self.gradient_accumulation_steps

@@ -122,6 +122,7 @@ def _kernels(plan: Plan, selective: bool) -> LayerKernels:
         adapter_dtype=plan.adapter_dtype,
         lora_rank=plan.finetuning.lora.r if plan.lora else 0,
         lora_dropout=plan.finetuning.lora.lora_dropout if plan.lora else 0.0,
+        use_dora=plan.lora and plan.finetuning.lora.use_dora,
         quantized_compute_dtype=quant.compute_dtype if plan.quantized_base else None,
         fp8_matmuls=precision.fp8_matmuls,
     )
@@ -273,12 +274,15 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     trainable = [s for s in slices if s.trainable]
     trainable_numel = sum(s.total_numel for s in trainable) + adapter_numel
     stored_grad_bytes = DTYPE_BYTES["fp32"] if plan.lora else grad_bytes
+    adapter_grad_bytes = DTYPE_BYTES["fp32"] if plan.lora else grad_bytes
+    if plan.lora:
+        stored_grad_bytes = grad_bytes  # the base's trained tensors: PEFT's modules_to_save copies
     gradients_per_layer: dict[int, int] = {}
     gathered_per_layer: dict[int, int] = {}
     for kind, _, layers in plan.stage_layer_groups(stage):
-        layer_trainable = sum(s.total_numel for s in trainable if s.kind == kind)
-        layer_trainable += sum(per_layer * count for _, per_layer, count, k in adapters if k == kind)
-        gradients_per_layer[kind] = layer_trainable // layers * stored_grad_bytes // sharding.gradients
+        layer_trainable = sum(s.total_numel for s in trainable if s.kind == kind) * stored_grad_bytes
+        layer_trainable += sum(per_layer * count for _, per_layer, count, k in adapters if k == kind) * adapter_grad_bytes
+        gradients_per_layer[kind] = layer_trainable // layers // sharding.gradients
         # One layer's tensors, each once (a tensor trainable in some layers and frozen in others has two slices).
         layer_tensors = {s.tensor.name: s.numel for s in slices if s.kind == kind}
         gathered = sum(layer_tensors.values()) * compute_bytes
@@ -287,19 +291,29 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
     head_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group != "embeddings")
     tensors = [TrainableTensor(_rank_shape(s), s.count) for s in trainable]
-    tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_, _ in adapters]
+    adapter_tensors = [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_, _ in adapters]
+    tensors += adapter_tensors
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
     states = state_bytes(plan.optimizer, tensors, state_dtype, plan.device) // sharding.optimizer
+    base_tensors = tensors[: len(tensors) - len(adapter_tensors)]
+    if plan.lora and base_tensors:  # modules_to_save copies keep the base's dtype (torch.optim: zeros_like(param))
+        states = (
+            state_bytes(plan.optimizer, adapter_tensors, "fp32", plan.device)
+            + state_bytes(plan.optimizer, base_tensors, precision.optimizer_state_dtype, plan.device)
+        ) // sharding.optimizer
     scalar = plan.optimizer.scalar_state
     if scalar == "device" or (
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
     ):
-        states += 4 * (sum(s.count for s in trainable) + 2 * sum(layers_ for _, _, layers_, _ in adapters))
+        per_adapter = 3 if plan.lora and plan.finetuning.lora.use_dora else 2  # A, B (and DoRA's magnitude)
+        states += 4 * (sum(s.count for s in trainable) + per_adapter * sum(layers_ for _, _, layers_, _ in adapters))
     keeps_master = precision.master_weights or deepspeed.keeps_fp32_partition(plan)
     master = trainable_numel * 4 // sharding.optimizer if keeps_master and not plan.lora else 0
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )
+    if plan.lora and base_tensors:
+        temporaries = _mixed_dtype_temporaries(plan, adapter_tensors, base_tensors, sharding.optimizer)
     offloaded = 0
     if parallel.offload_optimizer:
         offloaded = states + master
@@ -325,7 +339,10 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         weights=weights,
         weights_detail=detail,
         adapters=adapter_bytes,
-        gradients=trainable_numel * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes) // sharding.gradients,
+        gradients=(
+            (adapter_numel * adapter_grad_bytes + (trainable_numel - adapter_numel) * stored_grad_bytes)
+            // sharding.gradients
+        ),
         gradients_per_layer=gradients_per_layer,
         gradients_embedding=embedding_numel * grad_bytes // sharding.gradients,
         gradients_head=head_numel * grad_bytes // sharding.gradients,
@@ -338,6 +355,19 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         trainable_numel=trainable_numel,
         offloaded_bytes=offloaded,
     )
+
+
+def _mixed_dtype_temporaries(plan: Plan, adapters: list, copies: list, shard_factor: int):
+    """Step scratch for fp32 adapters next to ``modules_to_save`` copies in the base's dtype: torch.optim's
+    foreach groups tensors by dtype and runs the groups one after the other
+    (torch/optim/optimizer.py ``_group_tensors_by_device_and_dtype``), so the larger group's scratch is
+    the peak; a per-parameter loop's peak is its largest parameter's, in either group."""
+    kind, implementation = plan.optimizer, plan.optimizer_implementation
+    parts = [
+        step_temporaries(kind, implementation, adapters, "fp32", shard_factor),
+        step_temporaries(kind, implementation, copies, plan.precision.optimizer_state_dtype, shard_factor),
+    ]
+    return max(parts, key=lambda part: part.bytes)
 
 
 def _rank_shape(slice_) -> tuple[int, ...]:

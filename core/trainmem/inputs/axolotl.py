@@ -43,8 +43,6 @@ ATTENTION_WORDS = {
     "flash_attention_4": "flash_attention_2",
 }
 NOT_MODELLED = {
-    "lora_modules_to_save": "trained full copies of these modules are not counted",
-    "peft_use_dora": "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA",
     "unfrozen_parameters": "assumed every parameter of the method trains",
     "liger_rope": "Liger's fused RoPE: assumed the Hugging Face kernel's memory",
     "liger_rms_norm": "Liger's fused RMSNorm: assumed the Hugging Face kernel's memory",
@@ -99,7 +97,7 @@ def read_method(rec: Recorder) -> None:
             raise InputError(
                 f"{rec.file}: load_in_{bits}bit: a quantized base trains only adapters; set adapter: qlora"
             )
-        for key in ("lora_r", "lora_dropout", "lora_target_modules", "lora_target_linear"):
+        for key in ("lora_r", "lora_dropout", "lora_target_modules", "lora_target_linear", "lora_modules_to_save", "peft_use_dora"):
             if rec.get(key) is not None:
                 rec.neutral(key, "no adapter")
         return
@@ -133,6 +131,10 @@ def read_method(rec: Recorder) -> None:
         rec.set("lora_target_modules", "finetuning.lora.target_modules", lora_targets(rec.get("lora_target_modules")))
         if rec.get("lora_target_linear") is False:
             rec.neutral("lora_target_linear", "off")
+    from .peft_features import read_modules_to_save, read_use_dora
+
+    read_modules_to_save(rec, "lora_modules_to_save")
+    read_use_dora(rec, "peft_use_dora")
 
 
 def read_batch(rec: Recorder) -> None:
