@@ -34,7 +34,7 @@ SETUPS = {
         "attention": "flash_attention_2",
         "optimizer": "paged-adamw-8bit",
         "activation_checkpointing": "full",
-        "loss": "chunked",
+        "loss": "liger",
         "finetuning": {"method": "qlora", "lora": {"r": 32, "target_modules": "all-linear", "lora_dropout": 0.05}},
     },
     "fsdp-amsgrad": {

@@ -761,10 +761,11 @@ class Setup(StrictModel):
         description="sdpa/flash_attention_2: fused kernels, no s×s scores; eager and sdpa-math (SDPA's fallback, "
         "e.g. on CPU with attention dropout) materialise the scores.",
     )
-    loss: Literal["standard", "chunked"] = Field(
+    loss: Literal["standard", "chunked", "liger"] = Field(
         default="standard",
-        description="standard: cross-entropy over the full fp32 logits; chunked: logits computed in chunks "
-        "(torchtune CEWithChunkedOutputLoss, Liger fused linear cross-entropy).",
+        description="standard: cross-entropy over the full fp32 logits; chunked: logits computed in loss_chunks "
+        "chunks (torchtune CEWithChunkedOutputLoss); liger: Liger-Kernel's fused linear cross-entropy "
+        "(use_liger_kernel), chunked by its own rule from the vocabulary and hidden sizes.",
     )
     loss_chunks: LossChunks = Field(
         default=8, description="Chunks of the chunked loss (torchtune default 8); " + limits.LOSS_CHUNKS.describe()

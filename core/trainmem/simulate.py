@@ -205,7 +205,14 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
-        if plan.setup.loss == "chunked":
+        if plan.setup.loss == "liger":
+            from .liger import trace_liger_loss_head
+
+            head = _cached(
+                ("liger_head", key, vocab, head_shape),
+                lambda: trace_liger_loss_head(arch, head_shape, kernels, trainability, vocab, grads_exist),
+            )
+        elif plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
             head = _cached(
                 ("chunked_head", key, vocab, chunks, head_shape),
@@ -313,7 +320,13 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )
     if plan.lora and base_tensors:
-        temporaries = _mixed_dtype_temporaries(plan, adapter_tensors, base_tensors, sharding.optimizer)
+        ends = [s for s in trainable if not s.layer_scope]
+        ordered = (
+            [TrainableTensor(_rank_shape(s), s.count) for s in ends if s.tensor.group == "embeddings"],
+            [TrainableTensor(_rank_shape(s), s.count) for s in trainable if s.layer_scope],
+            [TrainableTensor(_rank_shape(s), s.count) for s in ends if s.tensor.group != "embeddings"],
+        )
+        temporaries = _mixed_dtype_temporaries(plan, adapter_tensors, ordered, sharding.optimizer)
     offloaded = 0
     if parallel.offload_optimizer:
         offloaded = states + master
@@ -357,17 +370,26 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     )
 
 
-def _mixed_dtype_temporaries(plan: Plan, adapters: list, copies: list, shard_factor: int):
-    """Step scratch for fp32 adapters next to ``modules_to_save`` copies in the base's dtype: torch.optim's
-    foreach groups tensors by dtype and runs the groups one after the other
-    (torch/optim/optimizer.py ``_group_tensors_by_device_and_dtype``), so the larger group's scratch is
-    the peak; a per-parameter loop's peak is its largest parameter's, in either group."""
+def _mixed_dtype_temporaries(plan: Plan, adapters: list, copies: tuple[list, list, list], shard_factor: int):
+    """Step scratch for fp32 adapters next to ``modules_to_save`` copies in the base's dtype.
+
+    foreach: torch.optim groups the tensors by dtype and steps the groups one after the other
+    (torch/optim/optimizer.py ``_group_tensors_by_device_and_dtype``): the larger group's scratch is the
+    peak. A per-parameter loop visits ``model.parameters()`` in order (the embedding's copy, the layers
+    with their adapters, the head's copy), so the adapters are listed between the copies, each counted in
+    elements of the copies' dtype so that its bytes come out right."""
     kind, implementation = plan.optimizer, plan.optimizer_implementation
-    parts = [
-        step_temporaries(kind, implementation, adapters, "fp32", shard_factor),
-        step_temporaries(kind, implementation, copies, plan.precision.optimizer_state_dtype, shard_factor),
-    ]
-    return max(parts, key=lambda part: part.bytes)
+    copy_dtype = plan.precision.optimizer_state_dtype
+    embedding, layers, head = copies
+    if implementation == "foreach":
+        parts = [
+            step_temporaries(kind, implementation, adapters, "fp32", shard_factor),
+            step_temporaries(kind, implementation, embedding + layers + head, copy_dtype, shard_factor),
+        ]
+        return max(parts, key=lambda part: part.bytes)
+    ratio = DTYPE_BYTES["fp32"] // DTYPE_BYTES[copy_dtype]
+    as_copies = [TrainableTensor((t.numel * ratio,), t.count) for t in adapters]
+    return step_temporaries(kind, implementation, embedding + layers + as_copies + head, copy_dtype, shard_factor)
 
 
 def _rank_shape(slice_) -> tuple[int, ...]:
@@ -539,8 +561,12 @@ def _backward_moment(
     recomputed = trace.backward_peak_saved_activation_bytes - (saved if trace.input_saved else 0)
     backward_total = recomputed + trace.backward_peak_saved_weight_copy_bytes + activation_grads + parameter_grads
     forward_total = trace.forward_peak_bytes + stream  # the recomputation, with the incoming gradient alive
-    if forward_total > backward_total:
-        return {("activations", "backward working memory"): trace.forward_peak_bytes}
+    if forward_total > backward_total:  # the recomputed forward's peak: its weight copies (autocast) are parameters
+        copies_at_peak = min(trace.saved_weight_copy_bytes, trace.forward_peak_bytes)
+        return {
+            ("activations", "backward working memory"): trace.forward_peak_bytes - copies_at_peak,
+            ("parameters", copies_name): copies_at_peak,
+        }
     changes[("activations", "backward working memory")] += recomputed
     changes[("parameters", copies_name)] = trace.backward_peak_saved_weight_copy_bytes
     return changes

@@ -56,7 +56,7 @@ export const FIELDS = {
     label: "Attention kernel",
     options: { sdpa: "SDPA", flash_attention_2: "FlashAttention 2", eager: "Eager", "sdpa-math": "SDPA math fallback" },
   },
-  loss: { label: "Loss", options: { standard: "Standard cross-entropy", chunked: "Chunked cross-entropy" } },
+  loss: { label: "Loss", options: { standard: "Standard cross-entropy", chunked: "Chunked cross-entropy", liger: "Liger fused linear cross-entropy" } },
   loss_chunks: { label: "Loss chunks", showIf: (s) => s.loss === "chunked" },
   gpu: { label: "GPU", advanced: false, widget: "gpu" },
   "gpu.memory_gib": { label: "GPU memory", suffix: "GiB" },

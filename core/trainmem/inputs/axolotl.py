@@ -274,8 +274,12 @@ def read_parallelism(rec: Recorder) -> None:
             from .fsdp import apply_fsdp_config
 
             apply_fsdp_config(rec, "fsdp_config", config, "FULL_SHARD", True)
-    for key in ("liger_fused_linear_cross_entropy", "cut_cross_entropy", "chunked_cross_entropy"):
-        if rec.get(key) is not None:
-            read_liger(rec, key)
+    if rec.get("liger_fused_linear_cross_entropy") is not None:
+        read_liger(rec, "liger_fused_linear_cross_entropy")
+    for key in ("cut_cross_entropy", "chunked_cross_entropy"):
+        if rec.get(key) is True:
+            rec.set(key, "loss", "chunked", "the logits never whole: modelled as a chunked cross-entropy (loss_chunks)")
+        elif rec.get(key) is not None:
+            rec.neutral(key)
     if rec.get("plugins") is not None:
         rec.neutral("plugins", "the plugins' options are read as their own keys")

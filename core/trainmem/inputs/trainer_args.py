@@ -169,8 +169,9 @@ def read_liger(rec: Recorder, key: str) -> None:
         rec.set(
             key,
             "loss",
-            "chunked",
-            "Liger's fused linear cross-entropy; its RMSNorm, SwiGLU and RoPE kernels are not modelled",
+            "liger",
+            "Liger's fused linear cross-entropy (chunked by its own rule, from its source; not measured: Liger "
+            "needs Triton); its RMSNorm, SwiGLU and RoPE kernels are not modelled",
         )
     else:
         rec.neutral(key)

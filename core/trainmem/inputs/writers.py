@@ -229,8 +229,10 @@ def write_trl(setup: Setup) -> tuple[str, list[str]]:
         }
     )
     config.update(_optimizer(setup, notes, "optim"))
-    if setup.loss == "chunked":
+    if setup.loss == "liger":
         config["use_liger_kernel"] = True
+    elif setup.loss == "chunked":
+        notes.append("loss 'chunked' (torchtune's chunked cross-entropy) has no TRL key: written without it")
     config.update(_trainer_parallelism(setup, notes))
     _common_notes(setup, notes)
     return _yaml(config, "trl sft --config sft_config.yaml"), notes
@@ -292,6 +294,8 @@ def write_axolotl(setup: Setup) -> tuple[str, list[str]]:
     config["gradient_checkpointing"] = setup.activation_checkpointing == "full"
     config["attn_implementation"] = {"sdpa-math": "sdpa"}.get(setup.attention, setup.attention)
     if setup.loss == "chunked":
+        notes.append("loss 'chunked' (torchtune's chunked cross-entropy) has no Axolotl key: written without it")
+    if setup.loss == "liger":
         config["plugins"] = ["axolotl.integrations.liger.LigerPlugin"]
         config["liger_fused_linear_cross_entropy"] = True
     config.update(_trainer_parallelism(setup, notes, axolotl=True))
