@@ -174,7 +174,6 @@ def test_liger_maps_to_the_liger_loss():
 @pytest.mark.parametrize(
     "extra, key",
     [
-        ("packing: false\npadding_free: true\n", "padding_free"),
         ("torch_compile: true\n", "torch_compile"),
     ],
 )

@@ -80,7 +80,7 @@ def dora_linear(
     # 2. the weight norm over W + s·BA, without a graph
     weight_x = weight
     if weight.dtype != x_cast.dtype:
-        weight_x = tape.new(weight.numel, x_cast.dtype, False, "weight_copy")
+        weight_x = tape.new(weight.numel, x_cast.dtype, False)  # an explicit .to(): not autocast's copy
     scaled = tape.new(in_features * out_features, lora_weight.dtype, False)
     merged = tape.new(in_features * out_features, tape.promote(weight_x.dtype, scaled.dtype), False)
     tape.release(scaled)

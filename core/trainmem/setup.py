@@ -761,6 +761,17 @@ class Setup(StrictModel):
         description="sdpa/flash_attention_2: fused kernels, no s×s scores; eager and sdpa-math (SDPA's fallback, "
         "e.g. on CPU with attention dropout) materialise the scores.",
     )
+    batch: Literal["padded", "packed"] = Field(
+        default="padded",
+        description="padded: micro_batch_size rows of sequence_length tokens (no padding mask modelled); packed: "
+        "sequence packing / padding-free, one row of micro_batch_size × sequence_length tokens whose position_ids "
+        "restart at each of packed_sequences sequences (trainmem.packing).",
+    )
+    packed_sequences: SequenceLength = Field(
+        default=2,
+        description="batch 'packed': sequences in the row; more than one makes SDPA and eager attention use a "
+        "block-diagonal mask over the whole row (1: one sequence, no mask).",
+    )
     loss: Literal["standard", "chunked", "liger"] = Field(
         default="standard",
         description="standard: cross-entropy over the full fp32 logits; chunked: logits computed in loss_chunks "
@@ -824,6 +835,9 @@ class Setup(StrictModel):
                 "finetuning",
                 "LoRA, QLoRA and frozen groups need an architecture: give a preset, hf_config or architecture",
             )
+        from .packing import check_packing
+
+        check_packing(self)
         if self.pipeline_and_accumulation_mismatch():
             raise FieldError(
                 "gradient_accumulation_steps",

@@ -30,6 +30,7 @@ from .architecture import Architecture
 from .ends import trace_chunked_loss_head, trace_embedding, trace_loss_head
 from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
+from . import packing
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
@@ -82,11 +83,12 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
     arch = kind or plan.architecture
     assert arch is not None
     tp, cp = parallel.tensor_parallel_size, parallel.context_parallel_size
-    seq = setup.sequence_length // cp
-    tokens = setup.micro_batch_size * seq
+    rows, row_tokens = packing.row_shape(setup)
+    seq = row_tokens // cp
+    tokens = rows * seq
     kv_heads = max(1, arch.kv_heads // tp)
     return LayerShape(
-        batch=setup.micro_batch_size,
+        batch=rows,
         seq=seq,
         kv_seq=seq,
         heads=arch.num_attention_heads // tp,
@@ -98,7 +100,7 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
         experts_per_token=arch.num_experts_per_tok if arch.is_moe else 0,
         local_experts=arch.num_experts // parallel.expert_parallel_size if arch.is_moe else 0,
         shared_intermediate=arch.shared_expert_intermediate_size // tp,
-        attention_mask=_materialised_mask(arch, setup.sequence_length),
+        attention_mask=_materialised_mask(arch, setup.sequence_length) or packing.packed_mask(setup),
     )
 
 
@@ -491,8 +493,9 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     account.set(
         "activations",
         "input batch",
-        rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device),
-        "token ids (int64), also used as labels",
+        rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device)
+        + rounded(packing.position_ids_bytes(setup), plan.device),
+        "token ids (int64), also used as labels" + (", and the packed row's position_ids" if setup.batch == "packed" else ""),
     )
     account.record("step start", "start", 1)
 
@@ -653,6 +656,8 @@ def _micro_batch(
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
+    if packing.packed_mask(plan.setup):
+        account.set("activations", "packed-row attention mask", rounded(packing.mask_bytes(plan.setup), plan.device), packing.MASK_DETAIL)
     account.set("parameters", "FSDP root unit (unsharded)", fsdp.root_unit_bytes(plan, stage), fsdp.ROOT_DETAIL)
     if zero3_keeps:
         account.set("parameters", "persistent gathered parameters", 0)  # among the kept ones now
@@ -833,6 +838,8 @@ def _micro_batch(
         account.set("activations", "pending tied-embedding gradient", 0)
     account.set("activations", saved_name, 0)
     account.set("activations", "rotary cos/sin", 0)
+    if packing.packed_mask(plan.setup):
+        account.set("activations", "packed-row attention mask", 0)
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)
@@ -860,7 +867,7 @@ def _rotary_bytes(plan: Plan) -> int:
     arch = plan.architecture
     if arch is None or arch.position_embedding != "rope":
         return 0
-    seq = plan.setup.sequence_length // plan.parallel.context_parallel_size
+    seq = packing.row_shape(plan.setup)[1] // plan.parallel.context_parallel_size
     tables = plan.family.rotary_tables_bytes(arch, seq, DTYPE_BYTES[plan.precision.stream_dtype])
     return arch.rope_sets * sum(rounded(nbytes, plan.device) for nbytes in tables)
 

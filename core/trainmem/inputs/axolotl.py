@@ -154,7 +154,13 @@ def read_batch(rec: Recorder) -> None:
             steps = max(1, int(rec.get("batch_size")) // int(rec.get("micro_batch_size")))
             rec.contributions.append(Contribution("gradient_accumulation_steps", steps, rec.file, "batch_size"))
     if rec.get("sample_packing") is True:
-        rec.modelled("sample_packing", "packed rows of sequence_len tokens (varlen attention): as trainmem counts")
+        rec.set(
+            "sample_packing",
+            "batch",
+            "packed",
+            "multipack bins of micro_batch_size × sequence_len tokens in one row, position_ids restarting at each "
+            "sample (trainmem.packing); several samples per bin assumed",
+        )
     elif rec.get("sample_packing") is not None:
         rec.neutral("sample_packing", "off")
     if rec.get("pad_to_sequence_len") is not None:
