@@ -139,6 +139,7 @@ def case(
     fake: bool = False,
     as_architecture: bool = False,
     description: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One corpus case: its id, the setup to replay, real or fake tensors.
 
@@ -164,6 +165,7 @@ def case(
     }
     if lora is not None:
         setup["finetuning"] = {"method": "lora", "lora": lora}
+    setup.update(extra or {})
     return {"id": case_id, "description": description, "fake": fake, "setup": setup}
 
 
@@ -343,5 +345,35 @@ CASES: list[dict[str, Any]] = [
     case("gptoss-small-bf16-lora-all-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, precision="bf16-pure",
          attention="eager", lora={"r": 8, "target_modules": "all-linear"},
          description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
+    # ---------------------------------------------------------------- PEFT modules_to_save and DoRA (issue 10)
+    case("llama-14m-ampbf16-lora-attn-mts-embed-head-b2-s256", LLAMA_14M, batch=2, seq=256, precision="amp-bf16",
+         implementation="for-loop",
+         lora={"r": 8, "target_modules": LLAMA_ATTENTION, "modules_to_save": ["lm_head", "embed_tokens"]},
+         description="LoRA on q_proj and v_proj with modules_to_save embed_tokens and lm_head: PEFT's "
+         "ModulesToSaveWrapper trains fp32 copies next to the frozen originals"),
+    case("llama-14m-bf16-lora-all-mts-head-norms-foreach-b2-s256", LLAMA_14M, batch=2, seq=256,
+         precision="bf16-pure", implementation="foreach",
+         lora={"r": 16, "target_modules": "all-linear", "modules_to_save": ["lm_head", "norm"]},
+         description="LoRA on all linears with modules_to_save lm_head and 'norm' (PEFT's suffix match wraps every "
+         "RMSNorm too): bf16 copies, bf16 grads and AdamW states"),
+    case("llama2-7b-ampbf16-lora-attn-mts-embed-head-ckpt-b1-s2048-fake", "llama-2-7b", batch=1, seq=2048,
+         precision="amp-bf16", implementation="for-loop", checkpointing="full", fake=True,
+         lora={"r": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+               "modules_to_save": ["embed_tokens", "lm_head"]},
+         description="Llama-2-7B LoRA on attention with modules_to_save embed_tokens and lm_head (trained fp32 "
+         "copies next to the frozen originals), full checkpointing"),
+    case("llama-14m-ampbf16-lora-attn-dora-b2-s256", LLAMA_14M, batch=2, seq=256, precision="amp-bf16",
+         implementation="for-loop", lora={"r": 8, "target_modules": LLAMA_ATTENTION, "use_dora": True},
+         description="DoRA (use_dora) on q_proj and v_proj under CPU autocast: magnitude vectors, the materialised "
+         "B@A graph and the saved weight norms"),
+    case("llama-14m-bf16-lora-all-dora-dropout-b2-s256", LLAMA_14M, batch=2, seq=256, precision="bf16-pure",
+         implementation="for-loop",
+         lora={"r": 16, "target_modules": "all-linear", "lora_dropout": 0.05, "use_dora": True},
+         description="DoRA on all linears of a bf16 model with lora_dropout 0.05: the base output is computed again "
+         "on the dropped input from an fp32 copy of the weight"),
+    case("llama2-7b-ampbf16-lora-attn-dora-ckpt-b1-s2048-fake", "llama-2-7b", batch=1, seq=2048,
+         precision="amp-bf16", implementation="for-loop", checkpointing="full", fake=True,
+         lora={"r": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "use_dora": True},
+         description="Llama-2-7B DoRA on attention, full checkpointing, fake tensors"),
 ]
 # fmt: on
