@@ -34,6 +34,7 @@ LLAMA_14M = {
     "max_position_embeddings": 4096,
     "tie_word_embeddings": False,
 }
+LLAMA_14M_MHA = {**LLAMA_14M, "num_key_value_heads": 6}
 LLAMA_58M = {
     "model_type": "llama",
     "vocab_size": 32000,
@@ -375,5 +376,10 @@ CASES: list[dict[str, Any]] = [
          precision="amp-bf16", implementation="for-loop", checkpointing="full", fake=True,
          lora={"r": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "use_dora": True},
          description="Llama-2-7B DoRA on attention, full checkpointing, fake tensors"),
+    # ---------------------------------------------------------------- packed / padding-free rows (issue 10)
+    case("llama-14m-mha-ampbf16-adamw-packed4-b4-s256", LLAMA_14M_MHA, batch=4, seq=256, precision="amp-bf16",
+         implementation="for-loop", extra={"batch": "packed", "packed_sequences": 4},
+         description="Packed row (padding-free): 4 × 256 tokens in one row, position_ids restarting at 4 sequences; "
+         "SDPA on CPU gets transformers' block-diagonal (1, 1, 1024, 1024) mask"),
 ]
 # fmt: on

@@ -54,6 +54,8 @@ class LayerShape:
     shared_intermediate: int = 0
     attention_mask: bool = False
     """transformers materialises a 4-D mask for SDPA (a sliding window shorter than the sequence)."""
+    packed_row: bool = False
+    """The mask is the block-diagonal mask of a packed row (``trainmem.packing``)."""
 
     @property
     def tokens(self) -> int:
@@ -345,7 +347,9 @@ class LayerProgram:
                 return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d)
             # SDPA turns the boolean (b, 1, s, s) mask into an additive one in the query's dtype, per call, and
             # keeps it for backward (measured, torch 2.13 CPU: one per sliding-window layer).
-            mask = tape.new(shape.batch * shape.seq * shape.kv_seq, q.dtype, False)
+            # A packed row's mask was measured in the dtype SDPA runs in (autocast's); sliding-window masks in q's.
+            mask_dtype = (tape.autocast or q.dtype) if shape.packed_row else q.dtype
+            mask = tape.new(shape.batch * shape.seq * shape.kv_seq, mask_dtype, False)
             out = tape.fused_attention(q, k, v, lse_numel, dropout > 0, also_keeps=(mask,))
             tape.release(mask)
             return out

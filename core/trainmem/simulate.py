@@ -101,6 +101,7 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
         local_experts=arch.num_experts // parallel.expert_parallel_size if arch.is_moe else 0,
         shared_intermediate=arch.shared_expert_intermediate_size // tp,
         attention_mask=_materialised_mask(arch, setup.sequence_length) or packing.packed_mask(setup),
+        packed_row=packing.packed_mask(setup),
     )
 
 
@@ -702,6 +703,8 @@ def _micro_batch(
     if gathered_any:
         account.set("parameters", "gathered weights", 0)
 
+    if packing.packed_mask(plan.setup) and plan.setup.activation_checkpointing != "full":
+        account.set("activations", "packed-row attention mask", 0)  # freed when the decoder's forward returns
     # ---- loss, and the start of backward
     head = traces.head
     if head is not None:
