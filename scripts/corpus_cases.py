@@ -381,5 +381,12 @@ CASES: list[dict[str, Any]] = [
          implementation="for-loop", extra={"batch": "packed", "packed_sequences": 4},
          description="Packed row (padding-free): 4 × 256 tokens in one row, position_ids restarting at 4 sequences; "
          "SDPA on CPU gets transformers' block-diagonal (1, 1, 1024, 1024) mask"),
+    case("llama-14m-ampbf16-adamw-packed4-b4-s256", LLAMA_14M, batch=4, seq=256, precision="amp-bf16",
+         implementation="for-loop", extra={"batch": "packed", "packed_sequences": 4},
+         description="Packed row on a grouped-query model: with transformers' block-diagonal mask SDPA cannot use "
+         "enable_gqa, so K and V are repeated to all heads"),
+    case("llama-14m-mha-fp32-adamw-eager-packed3-b2-s256", LLAMA_14M_MHA, batch=2, seq=256, attention="eager",
+         implementation="for-loop", extra={"batch": "packed", "packed_sequences": 3},
+         description="Packed row of 3 sequences with eager attention: the masked scores span the whole 512-token row"),
 ]
 # fmt: on

@@ -350,8 +350,14 @@ class LayerProgram:
             # A packed row's mask was measured in the dtype SDPA runs in (autocast's); sliding-window masks in q's.
             mask_dtype = (tape.autocast or q.dtype) if shape.packed_row else q.dtype
             mask = tape.new(shape.batch * shape.seq * shape.kv_seq, mask_dtype, False)
+            groups = shape.heads // shape.kv_heads
+            repeated = shape.packed_row and groups > 1
+            if repeated:  # a mask rules out enable_gqa: repeat_kv copies K and V (sdpa_attention.py use_gqa_in_sdpa)
+                k, v = tape.copy(k, k.numel * groups), tape.copy(v, v.numel * groups)
             out = tape.fused_attention(q, k, v, lse_numel, dropout > 0, also_keeps=(mask,))
             tape.release(mask)
+            if repeated:
+                tape.release(k, v)
             return out
         if kernel == "math":
             return self._math_attention(q, k, v)
