@@ -388,5 +388,10 @@ CASES: list[dict[str, Any]] = [
     case("llama-14m-mha-fp32-adamw-eager-packed3-b2-s256", LLAMA_14M_MHA, batch=2, seq=256, attention="eager",
          implementation="for-loop", extra={"batch": "packed", "packed_sequences": 3},
          description="Packed row of 3 sequences with eager attention: the masked scores span the whole 512-token row"),
+    case("tinyllama-ampbf16-adamw-ckpt-packed8-b2-s2048-fake", "tinyllama-1.1b", batch=2, seq=2048,
+         precision="amp-bf16", implementation="for-loop", checkpointing="full", fake=True,
+         extra={"batch": "packed", "packed_sequences": 8},
+         description="TinyLlama (GQA) on fake tensors, a packed row of 8 sequences in 4096 tokens under full "
+         "checkpointing: the block-diagonal mask and the repeated K/V in every recomputed layer"),
 ]
 # fmt: on
