@@ -15,7 +15,9 @@ measurement backs this head: it is the source's allocations, stated op by op.
   of the logits into ``logits_chunk`` (no fp32 copy of the logits exists), then ``grad_input[chunk] =
   grad_logits @ weight`` (a chunk × H product copied in) and ``grad_weight`` accumulates by ``addmm``.
 * Saved for backward: ``grad_input`` and ``grad_weight`` (``ctx.save_for_backward``); backward scales them
-  by the incoming gradient in place and returns them.
+  by the incoming gradient in place and returns them. The tape's backward replay gives the node new
+  gradients of its inputs instead, so the head's backward is counted high by ``grad_input`` (and
+  ``grad_weight`` when the head trains) for that moment: an upper bound.
 """
 
 from __future__ import annotations

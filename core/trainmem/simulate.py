@@ -344,6 +344,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     if plan.quantized_base:
         quant = plan.finetuning.quantization
         detail = f"{quant.quant_type if quant.bits == 4 else 'int8'} base{' + double quantization' if quant.double_quant else ''}"
+    if plan.saved_module_tensors:
+        detail += ", with the trained copies and frozen originals of modules_to_save"
     if sharding.weights > 1:
         detail += f", sharded over {sharding.weights} ranks"
     if parallel.tensor_parallel_size > 1:
