@@ -34,6 +34,7 @@ LLAMA_14M = {
     "max_position_embeddings": 4096,
     "tie_word_embeddings": False,
 }
+LLAMA_14M_MHA = {**LLAMA_14M, "num_key_value_heads": 6}
 LLAMA_58M = {
     "model_type": "llama",
     "vocab_size": 32000,
@@ -139,6 +140,7 @@ def case(
     fake: bool = False,
     as_architecture: bool = False,
     description: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One corpus case: its id, the setup to replay, real or fake tensors.
 
@@ -164,6 +166,7 @@ def case(
     }
     if lora is not None:
         setup["finetuning"] = {"method": "lora", "lora": lora}
+    setup.update(extra or {})
     return {"id": case_id, "description": description, "fake": fake, "setup": setup}
 
 
@@ -343,5 +346,52 @@ CASES: list[dict[str, Any]] = [
     case("gptoss-small-bf16-lora-all-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, precision="bf16-pure",
          attention="eager", lora={"r": 8, "target_modules": "all-linear"},
          description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
+    # ---------------------------------------------------------------- PEFT modules_to_save and DoRA (issue 10)
+    case("llama-14m-ampbf16-lora-attn-mts-embed-head-b2-s256", LLAMA_14M, batch=2, seq=256, precision="amp-bf16",
+         implementation="for-loop",
+         lora={"r": 8, "target_modules": LLAMA_ATTENTION, "modules_to_save": ["lm_head", "embed_tokens"]},
+         description="LoRA on q_proj and v_proj with modules_to_save embed_tokens and lm_head: PEFT's "
+         "ModulesToSaveWrapper trains fp32 copies next to the frozen originals"),
+    case("llama-14m-bf16-lora-all-mts-head-norms-foreach-b2-s256", LLAMA_14M, batch=2, seq=256,
+         precision="bf16-pure", implementation="foreach",
+         lora={"r": 16, "target_modules": "all-linear", "modules_to_save": ["lm_head", "norm"]},
+         description="LoRA on all linears with modules_to_save lm_head and 'norm' (PEFT's suffix match wraps every "
+         "RMSNorm too): bf16 copies, bf16 grads and AdamW states"),
+    case("llama2-7b-ampbf16-lora-attn-mts-embed-head-ckpt-b1-s2048-fake", "llama-2-7b", batch=1, seq=2048,
+         precision="amp-bf16", implementation="for-loop", checkpointing="full", fake=True,
+         lora={"r": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+               "modules_to_save": ["embed_tokens", "lm_head"]},
+         description="Llama-2-7B LoRA on attention with modules_to_save embed_tokens and lm_head (trained fp32 "
+         "copies next to the frozen originals), full checkpointing"),
+    case("llama-14m-ampbf16-lora-attn-dora-b2-s256", LLAMA_14M, batch=2, seq=256, precision="amp-bf16",
+         implementation="for-loop", lora={"r": 8, "target_modules": LLAMA_ATTENTION, "use_dora": True},
+         description="DoRA (use_dora) on q_proj and v_proj under CPU autocast: magnitude vectors, the materialised "
+         "B@A graph and the saved weight norms"),
+    case("llama-14m-bf16-lora-all-dora-dropout-b2-s256", LLAMA_14M, batch=2, seq=256, precision="bf16-pure",
+         implementation="for-loop",
+         lora={"r": 16, "target_modules": "all-linear", "lora_dropout": 0.05, "use_dora": True},
+         description="DoRA on all linears of a bf16 model with lora_dropout 0.05: the base output is computed again "
+         "on the dropped input from an fp32 copy of the weight"),
+    case("llama2-7b-ampbf16-lora-attn-dora-ckpt-b1-s2048-fake", "llama-2-7b", batch=1, seq=2048,
+         precision="amp-bf16", implementation="for-loop", checkpointing="full", fake=True,
+         lora={"r": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "use_dora": True},
+         description="Llama-2-7B DoRA on attention, full checkpointing, fake tensors"),
+    # ---------------------------------------------------------------- packed / padding-free rows (issue 10)
+    case("llama-14m-mha-ampbf16-adamw-packed4-b4-s256", LLAMA_14M_MHA, batch=4, seq=256, precision="amp-bf16",
+         implementation="for-loop", extra={"batch": "packed", "packed_sequences": 4},
+         description="Packed row (padding-free): 4 × 256 tokens in one row, position_ids restarting at 4 sequences; "
+         "SDPA on CPU gets transformers' block-diagonal (1, 1, 1024, 1024) mask"),
+    case("llama-14m-ampbf16-adamw-packed4-b4-s256", LLAMA_14M, batch=4, seq=256, precision="amp-bf16",
+         implementation="for-loop", extra={"batch": "packed", "packed_sequences": 4},
+         description="Packed row on a grouped-query model: with transformers' block-diagonal mask SDPA cannot use "
+         "enable_gqa, so K and V are repeated to all heads"),
+    case("llama-14m-mha-fp32-adamw-eager-packed3-b2-s256", LLAMA_14M_MHA, batch=2, seq=256, attention="eager",
+         implementation="for-loop", extra={"batch": "packed", "packed_sequences": 3},
+         description="Packed row of 3 sequences with eager attention: the masked scores span the whole 512-token row"),
+    case("tinyllama-ampbf16-adamw-ckpt-packed8-b2-s2048-fake", "tinyllama-1.1b", batch=2, seq=2048,
+         precision="amp-bf16", implementation="for-loop", checkpointing="full", fake=True,
+         extra={"batch": "packed", "packed_sequences": 8},
+         description="TinyLlama (GQA) on fake tensors, a packed row of 8 sequences in 4096 tokens under full "
+         "checkpointing: the block-diagonal mask and the repeated K/V in every recomputed layer"),
 ]
 # fmt: on

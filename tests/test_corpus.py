@@ -89,7 +89,8 @@ def test_case_records_what_ran_and_where(case: Measurement):
         assert kernels.lora_adapter_dtype == "float32"
         if setup.finetuning.lora.target_modules != "all-linear":
             assert kernels.lora_target_modules == sorted(setup.finetuning.lora.target_modules)
-        assert case.num_trainable_parameters < 0.1 * case.num_parameters
+        if not setup.finetuning.lora.modules_to_save:  # trained full copies of whole modules
+            assert case.num_trainable_parameters < 0.1 * case.num_parameters
     else:
         assert case.num_trainable_parameters == case.num_parameters
 

@@ -83,7 +83,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "parallelism.fsdp_sharding_strategy": "FULL_SHARD",
             "parallelism.offload_parameters": True,
             "parallelism.offload_optimizer": True,
-            "loss": "chunked",
+            "loss": "liger",
             "optimizer.name": "adamw",
             "optimizer.implementation": "fused",
             "micro_batch_size": 2,
@@ -218,7 +218,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {
             "model.preset": "qwen2.5-7b",
             "precision": "bf16-pure",
-            "loss": "chunked",
+            "loss": "liger",
             "attention": "flash_attention_2",
             "sequence_length": 32768,
             "micro_batch_size": 1,
@@ -450,7 +450,7 @@ WITH_TOY_QWEN3 = {
     "llamafactory/examples/train_full/hparam_sweep/qwen3_full_sft_opt_adafactor.yaml": {
         "optimizer.name": "adafactor",
         "parallelism.zero_stage": 3,
-        "loss": "chunked",
+        "loss": "liger",
         "sequence_length": 32768,
         "attention": "flash_attention_2",
     },
@@ -521,4 +521,4 @@ def test_not_modelled_features_are_reported_with_their_assumption():
     assert "assumed full AdamW states" in galore["use_galore"].detail
     _, keys = inputs.read(DATA / "axolotl/lora-8b.yml")
     entry = next(e for e in keys.entries if e.key == "lora_modules_to_save")
-    assert entry.status == "not modelled" and "not counted" in entry.detail
+    assert entry.status == "modelled" and "trained full copies" in entry.detail

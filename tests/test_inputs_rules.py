@@ -165,19 +165,16 @@ def test_a_base_loaded_in_bf16_is_bf16_pure_outside_deepspeed():
     assert setup.precision == "bf16-mixed" and setup.parallelism.zero_stage == 2
 
 
-def test_liger_maps_to_the_chunked_loss():
+def test_liger_maps_to_the_liger_loss():
     setup, keys = read(sft_yaml="model_name_or_path: gpt2\nuse_liger_kernel: true\n")
-    assert setup.loss == "chunked"
+    assert setup.loss == "liger"
     assert "RMSNorm" in next(e.detail for e in keys.entries if e.key == "use_liger_kernel")
 
 
 @pytest.mark.parametrize(
     "extra, key",
     [
-        ("packing: false\npadding_free: true\n", "padding_free"),
         ("torch_compile: true\n", "torch_compile"),
-        ("use_peft: true\nuse_dora: true\n", "use_dora"),
-        ("use_peft: true\nlora_modules_to_save: [lm_head]\n", "lora_modules_to_save"),
     ],
 )
 def test_unmodelled_features_say_what_was_assumed(extra, key):

@@ -16,6 +16,20 @@ from trainmem.setup import Setup
 yaml = pytest.importorskip("yaml")  # trainer files are YAML; PyYAML is a runtime dependency
 
 SETUPS = {
+    "lora-dora-packed": {
+        "model": "llama-3-8b",
+        "micro_batch_size": 2,
+        "sequence_length": 2048,
+        "precision": "bf16-pure",
+        "attention": "flash_attention_2",
+        "batch": "packed",
+        "loss": "liger",
+        "activation_checkpointing": "full",
+        "finetuning": {
+            "method": "lora",
+            "lora": {"r": 16, "target_modules": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"], "use_dora": True},
+        },
+    },
     "zero3-offload": {
         "model": "llama-3-8b",
         "micro_batch_size": 2,
@@ -34,7 +48,7 @@ SETUPS = {
         "attention": "flash_attention_2",
         "optimizer": "paged-adamw-8bit",
         "activation_checkpointing": "full",
-        "loss": "chunked",
+        "loss": "liger",
         "finetuning": {"method": "qlora", "lora": {"r": 32, "target_modules": "all-linear", "lora_dropout": 0.05}},
     },
     "fsdp-amsgrad": {

@@ -93,7 +93,7 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--optimizer-implementation", choices=["foreach", "for-loop", "fused"])
     run.add_argument("--checkpointing", choices=["none", "selective", "full"], dest="activation_checkpointing")
     run.add_argument("--attention", choices=["sdpa", "flash_attention_2", "eager", "sdpa-math"])
-    run.add_argument("--loss", choices=["standard", "chunked"])
+    run.add_argument("--loss", choices=["standard", "chunked", "liger"])
     par = parser.add_argument_group("parallelism")
     par.add_argument("--gpus", type=int, dest="num_gpus", help="GPUs in the run")
     par.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")

@@ -54,6 +54,8 @@ class LayerShape:
     shared_intermediate: int = 0
     attention_mask: bool = False
     """transformers materialises a 4-D mask for SDPA (a sliding window shorter than the sequence)."""
+    packed_row: bool = False
+    """The mask is the block-diagonal mask of a packed row (``trainmem.packing``)."""
 
     @property
     def tokens(self) -> int:
@@ -77,6 +79,8 @@ class LayerKernels:
     lora_dropout: float = 0.0
     quantized_compute_dtype: Optional[str] = None
     """QLoRA: the dtype the 4-bit base weights are dequantised to for each matmul."""
+    use_dora: bool = False
+    """PEFT DoRA on every adapter (``trainmem.dora``)."""
     fp8_matmuls: bool = False
     """Transformer Engine fp8 linear layers."""
 
@@ -190,6 +194,10 @@ class LayerProgram:
             # the module's own input, the sequence shard; lora_B, a ColumnParallelLinear, all-gathers the
             # rank-r activations over the sequence before its matmul.
             return self._lora(module, saved_input, result, in_features, out_features, gather_rows=x.numel // in_features)
+        if self.kernels.use_dora:
+            from .dora import dora_linear
+
+            return dora_linear(self, x, result, weight, in_features, out_features, bias)
         return self._lora(module, x, result, in_features, out_features)
 
     def _dequantized_matmul(self, x: Sym, weight: Sym, in_features: int, out_features: int) -> Sym:
@@ -339,9 +347,17 @@ class LayerProgram:
                 return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d)
             # SDPA turns the boolean (b, 1, s, s) mask into an additive one in the query's dtype, per call, and
             # keeps it for backward (measured, torch 2.13 CPU: one per sliding-window layer).
-            mask = tape.new(shape.batch * shape.seq * shape.kv_seq, q.dtype, False)
+            # A packed row's mask was measured in the dtype SDPA runs in (autocast's); sliding-window masks in q's.
+            mask_dtype = (tape.autocast or q.dtype) if shape.packed_row else q.dtype
+            mask = tape.new(shape.batch * shape.seq * shape.kv_seq, mask_dtype, False)
+            groups = shape.heads // shape.kv_heads
+            repeated = shape.packed_row and groups > 1
+            if repeated:  # a mask rules out enable_gqa: repeat_kv copies K and V (sdpa_attention.py use_gqa_in_sdpa)
+                k, v = tape.copy(k, k.numel * groups), tape.copy(v, v.numel * groups)
             out = tape.fused_attention(q, k, v, lse_numel, dropout > 0, also_keeps=(mask,))
             tape.release(mask)
+            if repeated:
+                tape.release(k, v)
             return out
         if kernel == "math":
             return self._math_attention(q, k, v)

@@ -51,9 +51,11 @@ class AdapterTensor:
     """The adapter's rank (for fused experts: r, or r × fused projections, per expert)."""
     experts: int = 1
     """Experts the adapter spans (a ParamWrapper over a 3-D expert parameter); 1 otherwise."""
+    magnitude: bool = False
+    """DoRA: a trained magnitude vector of ``out_features`` elements (``lora_magnitude_vector``)."""
 
     def numel_per_layer(self, tensor_parallel: int, expert_parallel: int) -> int:
-        """Elements of A and B on one rank."""
+        """Elements of A and B (and DoRA's magnitude) on one rank."""
         if self.experts > 1:
             return self.rank * (self.experts // expert_parallel) * (self.in_features + self.out_features)
         in_features, out_features = self.in_features, self.out_features
@@ -62,7 +64,7 @@ class AdapterTensor:
             out_features //= tensor_parallel
         elif leaf in ROW_PARALLEL:
             in_features //= tensor_parallel
-        return self.rank * (in_features + out_features)
+        return self.rank * (in_features + out_features) + (out_features if self.magnitude else 0)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class LoraTargets:
     modules: frozenset[str]
     """Linear module paths (layer-relative) that carry an adapter."""
     experts: ExpertTargets
+    dora: bool = False
+    """PEFT use_dora: each linear adapter also has a magnitude vector (``trainmem.dora``)."""
 
     def adapts(self, path: str, names) -> bool:
         """Whether ``path`` (a linear module, the router module, or ``<experts>.gate_up_proj`` /
@@ -103,7 +107,7 @@ class LoraTargets:
         for tensor in group.tensors:
             if tensor.linear_features is not None and tensor.module in self.modules:
                 in_features, out_features = tensor.linear_features
-                adapters.append(AdapterTensor(tensor.module, in_features, out_features, self.rank))
+                adapters.append(AdapterTensor(tensor.module, in_features, out_features, self.rank, magnitude=self.dora))
             elif tensor.group == "router" and self.experts.router:
                 experts, hidden = tensor.shape
                 adapters.append(AdapterTensor(tensor.module, hidden, experts, self.rank))
@@ -142,7 +146,7 @@ def resolve_lora_targets(lora, family, inventory: ModelInventory) -> LoraTargets
     moe = any(group.architecture.is_moe for group in inventory.layer_groups)
     if targets == LINEAR_TARGET_ALL:
         if not (conversion and moe):
-            return LoraTargets(lora.r, frozenset(t.module for t in linear), ExpertTargets())
+            return LoraTargets(lora.r, frozenset(t.module for t in linear), ExpertTargets(), lora.use_dora)
         targets = sorted({t.module.rsplit(".", 1)[-1] for t in linear} | set(conversion))
     module_targets = list(targets)
     expert_hits: dict[str, set[str]] = {}
@@ -176,4 +180,4 @@ def resolve_lora_targets(lora, family, inventory: ModelInventory) -> LoraTargets
         raise FieldError(
             field, f"{list(targets)} match no linear module of this model; allowed: {', '.join(names)}, or 'all-linear'"
         )
-    return LoraTargets(lora.r, modules, experts)
+    return LoraTargets(lora.r, modules, experts, lora.use_dora)

@@ -159,6 +159,17 @@ class Plan:
             return None
         return resolve_lora_targets(self.finetuning.lora, self.family, self.inventory)
 
+    @cached_property
+    def saved_module_tensors(self) -> frozenset[str]:
+        """Tensor names PEFT's ``modules_to_save`` trains as full copies (``trainmem.modules_to_save``)."""
+        if not self.lora or self.inventory is None or not self.finetuning.lora.modules_to_save:
+            return frozenset()
+        from .modules_to_save import check_no_adapter_overlap, saved_tensor_names
+
+        saved = saved_tensor_names(self.finetuning.lora.modules_to_save, self.inventory)
+        check_no_adapter_overlap(saved, self.lora_targets.modules if self.lora_targets else frozenset())
+        return saved
+
     def has_adapter(self, module: str) -> bool:
         """Whether LoRA adapts a linear module, or (MoE) the router or a fused expert parameter, by path."""
         targets = self.lora_targets
@@ -182,9 +193,10 @@ class Plan:
         return groups, layers
 
     def tensor_trains(self, tensor: ParameterTensor, layer_index: Optional[int] = None) -> bool:
-        """Whether a base-model tensor trains (LoRA/QLoRA freeze the whole base)."""
+        """Whether a base-model tensor trains (LoRA/QLoRA freeze the whole base, but for the copies of
+        ``modules_to_save``)."""
         if self.lora:
-            return False
+            return tensor.name in self.saved_module_tensors
         groups, layers = self._frozen_groups
         if layer_index is not None and layer_index in layers:
             return False
@@ -203,6 +215,8 @@ class Plan:
         return {}
 
     def _decide_module_trains(self, module: str) -> bool:
+        if self.lora and self.saved_module_tensors:
+            return any(name.rsplit(".", 1)[0] == module for name in self.saved_module_tensors)
         if self.lora or self.inventory is None:
             return False
         groups, _ = self._frozen_groups
@@ -273,6 +287,7 @@ class Plan:
         if stage.has_embedding or (stage.has_head and inventory.tied_embeddings and len(self.stages) > 1):
             for tensor in inventory.embedding:
                 out.append(Slice(tensor, self._tp_numel(tensor), 1, self.tensor_trains(tensor), False, False))
+                out += self._saved_module_originals(tensor, 1, False)
         frozen = self._frozen_groups[1]
         for kind, group, count in self.stage_layer_groups(stage):
             frozen_layers = sum(1 for i in group.indices if i in frozen and stage.first_layer <= i < stage.stop_layer)
@@ -284,12 +299,20 @@ class Plan:
                 numel = self._tp_numel(tensor)
                 if trainable_count:
                     out.append(Slice(tensor, numel, trainable_count, True, quantized, True, kind))
+                    out += self._saved_module_originals(tensor, trainable_count, True, kind)
                 if count - trainable_count:
                     out.append(Slice(tensor, numel, count - trainable_count, False, quantized, True, kind))
         if stage.has_head:
             for tensor in inventory.head:
                 out.append(Slice(tensor, self._tp_numel(tensor), 1, self.tensor_trains(tensor), False, False))
+                out += self._saved_module_originals(tensor, 1, False)
         return out
+
+    def _saved_module_originals(self, tensor: ParameterTensor, count: int, layer_scope: bool, kind: int = -1) -> list[Slice]:
+        """The frozen original next to a ``modules_to_save`` copy (ModulesToSaveWrapper.original_module)."""
+        if tensor.name not in self.saved_module_tensors:
+            return []
+        return [Slice(tensor._replace(name=f"{tensor.name}.original_module"), self._tp_numel(tensor), count, False, False, layer_scope, kind)]
 
     def adapter_slices(self, stage: Stage) -> list[tuple[str, int, int, int]]:
         """LoRA adapters on one rank: (module, elements of A and B per layer, layers, kind position)."""
@@ -310,7 +333,16 @@ class Plan:
         if self.inventory is None:
             model = self.setup.model
             return model.num_parameters  # type: ignore[union-attr]
-        return self.inventory.num_parameters + self.num_adapter_parameters
+        return self.inventory.num_parameters + self.num_adapter_parameters + self.num_saved_module_parameters
+
+    @cached_property
+    def num_saved_module_parameters(self) -> int:
+        """Elements of the trained copies of ``modules_to_save`` (each also kept frozen as the original)."""
+        saved, inventory = self.saved_module_tensors, self.inventory
+        if not saved:
+            return 0
+        count = sum(t.numel for t in (*inventory.embedding, *inventory.head) if t.name in saved)
+        return count + sum(group.count * sum(t.numel for t in group.tensors if t.name in saved) for group in inventory.layer_groups)
 
     @cached_property
     def num_adapter_parameters(self) -> int:
@@ -324,7 +356,7 @@ class Plan:
         if self.inventory is None:
             return self.num_parameters
         if self.lora:
-            return self.num_adapter_parameters
+            return self.num_adapter_parameters + self.num_saved_module_parameters
         inventory = self.inventory
         count = sum(t.numel for t in inventory.embedding if self.tensor_trains(t))
         count += sum(t.numel for t in inventory.head if self.tensor_trains(t))

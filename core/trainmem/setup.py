@@ -479,6 +479,20 @@ class LoRAConfig(StrictModel):
         "for some families, which then need target_modules).",
     )
     lora_dropout: FiniteFraction = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on each adapter's input.")
+    modules_to_save: list[str] = Field(
+        default_factory=list,
+        description="PEFT modules_to_save: modules (matched as PEFT does, by the end of their path, e.g. lm_head, "
+        "embed_tokens) trained as full copies next to their frozen originals.",
+    )
+    use_dora: bool = Field(
+        default=False, description="PEFT use_dora: DoRA's magnitude vector per adapted linear and its weight norm."
+    )
+
+    @field_validator("modules_to_save")
+    @classmethod
+    def _module_names(cls, value: list[str]) -> list[str]:
+        _check_module_names(value, "modules_to_save")
+        return value
 
     @field_validator("target_modules")
     @classmethod
@@ -747,10 +761,22 @@ class Setup(StrictModel):
         description="sdpa/flash_attention_2: fused kernels, no s×s scores; eager and sdpa-math (SDPA's fallback, "
         "e.g. on CPU with attention dropout) materialise the scores.",
     )
-    loss: Literal["standard", "chunked"] = Field(
+    batch: Literal["padded", "packed"] = Field(
+        default="padded",
+        description="padded: micro_batch_size rows of sequence_length tokens (no padding mask modelled); packed: "
+        "sequence packing / padding-free, one row of micro_batch_size × sequence_length tokens whose position_ids "
+        "restart at each of packed_sequences sequences (trainmem.packing).",
+    )
+    packed_sequences: SequenceLength = Field(
+        default=2,
+        description="batch 'packed': sequences in the row; more than one makes SDPA and eager attention use a "
+        "block-diagonal mask over the whole row (1: one sequence, no mask).",
+    )
+    loss: Literal["standard", "chunked", "liger"] = Field(
         default="standard",
-        description="standard: cross-entropy over the full fp32 logits; chunked: logits computed in chunks "
-        "(torchtune CEWithChunkedOutputLoss, Liger fused linear cross-entropy).",
+        description="standard: cross-entropy over the full fp32 logits; chunked: logits computed in loss_chunks "
+        "chunks (torchtune CEWithChunkedOutputLoss); liger: Liger-Kernel's fused linear cross-entropy "
+        "(use_liger_kernel), chunked by its own rule from the vocabulary and hidden sizes.",
     )
     loss_chunks: LossChunks = Field(
         default=8, description="Chunks of the chunked loss (torchtune default 8); " + limits.LOSS_CHUNKS.describe()
@@ -813,6 +839,9 @@ class Setup(StrictModel):
                 "finetuning",
                 "LoRA, QLoRA and frozen groups need an architecture: give a preset, hf_config or architecture",
             )
+        from .packing import check_packing
+
+        check_packing(self)
         if self.pipeline_and_accumulation_mismatch():
             raise FieldError(
                 "gradient_accumulation_steps",
@@ -834,7 +863,15 @@ class Setup(StrictModel):
         from .lora_targets import resolve_lora_targets
         from .models import family_for
 
-        resolve_lora_targets(self.finetuning.lora, family_for(architecture), build_inventory(architecture))
+        from .dora import check_dora
+        from .modules_to_save import check_no_adapter_overlap, check_quantized_base, saved_tensor_names
+
+        inventory = build_inventory(architecture)
+        targets = resolve_lora_targets(self.finetuning.lora, family_for(architecture), inventory)
+        check_dora(self, targets)
+        saved = saved_tensor_names(self.finetuning.lora.modules_to_save, inventory)
+        check_no_adapter_overlap(saved, targets.modules)
+        check_quantized_base(saved, inventory, self.finetuning.method)
 
     def pipeline_and_accumulation_mismatch(self) -> bool:
         return 1 < self.parallelism.pipeline_parallel_size > self.gradient_accumulation_steps

@@ -30,6 +30,7 @@ from .architecture import Architecture
 from .ends import trace_chunked_loss_head, trace_embedding, trace_final_norm, trace_loss_head
 from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
+from . import packing
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
@@ -84,11 +85,12 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
     arch = kind or plan.architecture
     assert arch is not None
     tp, cp = parallel.tensor_parallel_size, parallel.context_parallel_size
-    seq = setup.sequence_length // cp
-    tokens = setup.micro_batch_size * seq
+    rows, row_tokens = packing.row_shape(setup)
+    seq = row_tokens // cp
+    tokens = rows * seq
     kv_heads = max(1, arch.kv_heads // tp)
     return LayerShape(
-        batch=setup.micro_batch_size,
+        batch=rows,
         seq=seq,
         kv_seq=seq,
         heads=arch.num_attention_heads // tp,
@@ -100,7 +102,8 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
         experts_per_token=arch.num_experts_per_tok if arch.is_moe else 0,
         local_experts=arch.num_experts // parallel.expert_parallel_size if arch.is_moe else 0,
         shared_intermediate=arch.shared_expert_intermediate_size // tp,
-        attention_mask=_materialised_mask(arch, setup.sequence_length),
+        attention_mask=_materialised_mask(arch, setup.sequence_length) or packing.packed_mask(setup),
+        packed_row=packing.packed_mask(setup),
     )
 
 
@@ -124,6 +127,7 @@ def _kernels(plan: Plan, selective: bool) -> LayerKernels:
         adapter_dtype=plan.adapter_dtype,
         lora_rank=plan.finetuning.lora.r if plan.lora else 0,
         lora_dropout=plan.finetuning.lora.lora_dropout if plan.lora else 0.0,
+        use_dora=plan.lora and plan.finetuning.lora.use_dora,
         quantized_compute_dtype=quant.compute_dtype if plan.quantized_base else None,
         fp8_matmuls=precision.fp8_matmuls,
     )
@@ -206,7 +210,14 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
-        if plan.setup.loss == "chunked":
+        if plan.setup.loss == "liger":
+            from .liger import trace_liger_loss_head
+
+            head = _cached(
+                ("liger_head", key, vocab, head_shape),
+                lambda: trace_liger_loss_head(arch, head_shape, kernels, trainability, vocab, grads_exist),
+            )
+        elif plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
             head = _cached(
                 ("chunked_head", key, vocab, chunks, head_shape),
@@ -279,12 +290,15 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     trainable = [s for s in slices if s.trainable]
     trainable_numel = sum(s.total_numel for s in trainable) + adapter_numel
     stored_grad_bytes = DTYPE_BYTES["fp32"] if plan.lora else grad_bytes
+    adapter_grad_bytes = DTYPE_BYTES["fp32"] if plan.lora else grad_bytes
+    if plan.lora:
+        stored_grad_bytes = grad_bytes  # the base's trained tensors: PEFT's modules_to_save copies
     gradients_per_layer: dict[int, int] = {}
     gathered_per_layer: dict[int, int] = {}
     for kind, _, layers in plan.stage_layer_groups(stage):
-        layer_trainable = sum(s.total_numel for s in trainable if s.kind == kind)
-        layer_trainable += sum(per_layer * count for _, per_layer, count, k in adapters if k == kind)
-        gradients_per_layer[kind] = layer_trainable // layers * stored_grad_bytes // sharding.gradients
+        layer_trainable = sum(s.total_numel for s in trainable if s.kind == kind) * stored_grad_bytes
+        layer_trainable += sum(per_layer * count for _, per_layer, count, k in adapters if k == kind) * adapter_grad_bytes
+        gradients_per_layer[kind] = layer_trainable // layers // sharding.gradients
         # One layer's tensors, each once (a tensor trainable in some layers and frozen in others has two slices).
         layer_tensors = {s.tensor.name: s.numel for s in slices if s.kind == kind}
         gathered = sum(layer_tensors.values()) * compute_bytes
@@ -293,19 +307,35 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
     head_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group != "embeddings")
     tensors = [TrainableTensor(_rank_shape(s), s.count) for s in trainable]
-    tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_, _ in adapters]
+    adapter_tensors = [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_, _ in adapters]
+    tensors += adapter_tensors
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
     states = state_bytes(plan.optimizer, tensors, state_dtype, plan.device) // sharding.optimizer
+    base_tensors = tensors[: len(tensors) - len(adapter_tensors)]
+    if plan.lora and base_tensors:  # modules_to_save copies keep the base's dtype (torch.optim: zeros_like(param))
+        states = (
+            state_bytes(plan.optimizer, adapter_tensors, "fp32", plan.device)
+            + state_bytes(plan.optimizer, base_tensors, precision.optimizer_state_dtype, plan.device)
+        ) // sharding.optimizer
     scalar = plan.optimizer.scalar_state
     if scalar == "device" or (
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
     ):
-        states += 4 * (sum(s.count for s in trainable) + 2 * sum(layers_ for _, _, layers_, _ in adapters))
+        per_adapter = 3 if plan.lora and plan.finetuning.lora.use_dora else 2  # A, B (and DoRA's magnitude)
+        states += 4 * (sum(s.count for s in trainable) + per_adapter * sum(layers_ for _, _, layers_, _ in adapters))
     keeps_master = precision.master_weights or deepspeed.keeps_fp32_partition(plan)
     master = trainable_numel * 4 // sharding.optimizer if keeps_master and not plan.lora else 0
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )
+    if plan.lora and base_tensors:
+        ends = [s for s in trainable if not s.layer_scope]
+        ordered = (
+            [TrainableTensor(_rank_shape(s), s.count) for s in ends if s.tensor.group == "embeddings"],
+            [TrainableTensor(_rank_shape(s), s.count) for s in trainable if s.layer_scope],
+            [TrainableTensor(_rank_shape(s), s.count) for s in ends if s.tensor.group != "embeddings"],
+        )
+        temporaries = _mixed_dtype_temporaries(plan, adapter_tensors, ordered, sharding.optimizer)
     largest = max((s.numel for s in trainable), default=0)
     offloaded_parts: list[tuple[str, int, str]] = []
     if parallel.offload_optimizer:
@@ -326,6 +356,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     if plan.quantized_base:
         quant = plan.finetuning.quantization
         detail = f"{quant.quant_type if quant.bits == 4 else 'int8'} base{' + double quantization' if quant.double_quant else ''}"
+    if plan.saved_module_tensors:
+        detail += ", with the trained copies and frozen originals of modules_to_save"
     if sharding.weights > 1:
         detail += f", sharded over {sharding.weights} ranks"
     if parallel.tensor_parallel_size > 1:
@@ -335,7 +367,10 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         weights=weights,
         weights_detail=detail,
         adapters=adapter_bytes,
-        gradients=trainable_numel * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes) // sharding.gradients,
+        gradients=(
+            (adapter_numel * adapter_grad_bytes + (trainable_numel - adapter_numel) * stored_grad_bytes)
+            // sharding.gradients
+        ),
         gradients_per_layer=gradients_per_layer,
         gradients_embedding=embedding_numel * grad_bytes // sharding.gradients,
         gradients_head=head_numel * grad_bytes // sharding.gradients,
@@ -355,6 +390,28 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
 def opt_detail_for(plan: Plan, state_dtype: str, shards: int) -> str:
     detail = f"{plan.optimizer.display_name}, {state_dtype} states"
     return detail + (f", sharded over {shards} ranks" if shards > 1 else "")
+
+
+def _mixed_dtype_temporaries(plan: Plan, adapters: list, copies: tuple[list, list, list], shard_factor: int):
+    """Step scratch for fp32 adapters next to ``modules_to_save`` copies in the base's dtype.
+
+    foreach: torch.optim groups the tensors by dtype and steps the groups one after the other
+    (torch/optim/optimizer.py ``_group_tensors_by_device_and_dtype``): the larger group's scratch is the
+    peak. A per-parameter loop visits ``model.parameters()`` in order (the embedding's copy, the layers
+    with their adapters, the head's copy), so the adapters are listed between the copies, each counted in
+    elements of the copies' dtype so that its bytes come out right."""
+    kind, implementation = plan.optimizer, plan.optimizer_implementation
+    copy_dtype = plan.precision.optimizer_state_dtype
+    embedding, layers, head = copies
+    if implementation == "foreach":
+        parts = [
+            step_temporaries(kind, implementation, adapters, "fp32", shard_factor),
+            step_temporaries(kind, implementation, embedding + layers + head, copy_dtype, shard_factor),
+        ]
+        return max(parts, key=lambda part: part.bytes)
+    ratio = DTYPE_BYTES["fp32"] // DTYPE_BYTES[copy_dtype]
+    as_copies = [TrainableTensor((t.numel * ratio,), t.count) for t in adapters]
+    return step_temporaries(kind, implementation, embedding + layers + as_copies + head, copy_dtype, shard_factor)
 
 
 def _rank_shape(slice_) -> tuple[int, ...]:
@@ -462,8 +519,9 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     account.set(
         "activations",
         "input batch",
-        rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device),
-        "token ids (int64), also used as labels",
+        rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device)
+        + rounded(packing.position_ids_bytes(setup), plan.device),
+        "token ids (int64), also used as labels" + (", and the packed row's position_ids" if setup.batch == "packed" else ""),
     )
     account.record("step start", "start", 1)
 
@@ -532,8 +590,12 @@ def _backward_moment(
     recomputed = trace.backward_peak_saved_activation_bytes - (saved if trace.input_saved else 0)
     backward_total = recomputed + trace.backward_peak_saved_weight_copy_bytes + activation_grads + parameter_grads
     forward_total = trace.forward_peak_bytes + stream  # the recomputation, with the incoming gradient alive
-    if forward_total > backward_total:
-        return {("activations", "backward working memory"): trace.forward_peak_bytes}
+    if forward_total > backward_total:  # the recomputed forward's peak: its weight copies (autocast) are parameters
+        copies_at_peak = min(trace.saved_weight_copy_bytes, trace.forward_peak_bytes)
+        return {
+            ("activations", "backward working memory"): trace.forward_peak_bytes - copies_at_peak,
+            ("parameters", copies_name): copies_at_peak,
+        }
     changes[("activations", "backward working memory")] += recomputed
     changes[("parameters", copies_name)] = trace.backward_peak_saved_weight_copy_bytes
     return changes
@@ -620,6 +682,8 @@ def _micro_batch(
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
+    if packing.packed_mask(plan.setup):
+        account.set("activations", "packed-row attention mask", rounded(packing.mask_bytes(plan.setup), plan.device), packing.MASK_DETAIL)
     account.set("parameters", "FSDP root unit (unsharded)", fsdp.root_unit_bytes(plan, stage), fsdp.ROOT_DETAIL)
     if zero3_keeps:
         account.set("parameters", "persistent gathered parameters", 0)  # among the kept ones now
@@ -667,6 +731,8 @@ def _micro_batch(
     if gathered_any:
         account.set("parameters", "gathered weights", 0)
 
+    if packing.packed_mask(plan.setup) and plan.setup.activation_checkpointing != "full":
+        account.set("activations", "packed-row attention mask", 0)  # freed when the decoder's forward returns
     # ---- loss, and the start of backward
     head = traces.head
     if head is not None:
@@ -824,6 +890,8 @@ def _micro_batch(
         account.set("activations", "pending tied-embedding gradient", 0)
     account.set("activations", saved_name, 0)
     account.set("activations", "rotary cos/sin", 0)
+    if packing.packed_mask(plan.setup):
+        account.set("activations", "packed-row attention mask", 0)
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)
@@ -869,7 +937,7 @@ def _rotary_bytes(plan: Plan) -> int:
     arch = plan.architecture
     if arch is None or arch.position_embedding != "rope":
         return 0
-    seq = plan.setup.sequence_length // plan.parallel.context_parallel_size
+    seq = packing.row_shape(plan.setup)[1] // plan.parallel.context_parallel_size
     tables = plan.family.rotary_tables_bytes(arch, seq, DTYPE_BYTES[plan.precision.stream_dtype])
     return arch.rope_sets * sum(rounded(nbytes, plan.device) for nbytes in tables)
 

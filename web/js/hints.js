@@ -5,7 +5,11 @@
 /** Groups of the form, in order; `fields` are dotted paths (a path names its whole subtree). */
 export const GROUPS = [
   { id: "model", title: "Model", fields: ["model"] },
-  { id: "batch", title: "Batch and sequence", fields: ["micro_batch_size", "sequence_length", "gradient_accumulation_steps"] },
+  {
+    id: "batch",
+    title: "Batch and sequence",
+    fields: ["micro_batch_size", "sequence_length", "gradient_accumulation_steps", "batch", "packed_sequences"],
+  },
   {
     id: "training",
     title: "Precision and optimizer",
@@ -56,7 +60,7 @@ export const FIELDS = {
     label: "Attention kernel",
     options: { sdpa: "SDPA", flash_attention_2: "FlashAttention 2", eager: "Eager", "sdpa-math": "SDPA math fallback" },
   },
-  loss: { label: "Loss", options: { standard: "Standard cross-entropy", chunked: "Chunked cross-entropy" } },
+  loss: { label: "Loss", options: { standard: "Standard cross-entropy", chunked: "Chunked cross-entropy", liger: "Liger fused linear cross-entropy" } },
   loss_chunks: { label: "Loss chunks", showIf: (s) => s.loss === "chunked" },
   gpu: { label: "GPU", advanced: false, widget: "gpu" },
   "gpu.memory_gib": { label: "GPU memory", suffix: "GiB" },
@@ -99,6 +103,10 @@ export const FIELDS = {
     showIf: (s) => s.finetuning?.method !== "full",
   },
   "finetuning.lora.lora_dropout": { label: "LoRA dropout", showIf: (s) => s.finetuning?.method !== "full" },
+  "finetuning.lora.modules_to_save": { label: "Modules to save (trained copies)", showIf: (s) => s.finetuning?.method !== "full" },
+  "finetuning.lora.use_dora": { label: "DoRA", showIf: (s) => s.finetuning?.method !== "full" },
+  batch: { label: "Batch layout", options: { padded: "Padded rows", packed: "Packed row (padding-free)" } },
+  packed_sequences: { label: "Sequences per packed row", showIf: (s) => s.batch === "packed" },
   "finetuning.quantization": { showIf: (s) => s.finetuning?.method === "qlora" },
   "finetuning.quantization.bits": { label: "Quantized bits" },
   "finetuning.quantization.quant_type": { label: "4-bit type" },

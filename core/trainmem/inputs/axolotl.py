@@ -43,8 +43,6 @@ ATTENTION_WORDS = {
     "flash_attention_4": "flash_attention_2",
 }
 NOT_MODELLED = {
-    "lora_modules_to_save": "trained full copies of these modules are not counted",
-    "peft_use_dora": "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA",
     "unfrozen_parameters": "assumed every parameter of the method trains",
     "liger_rope": "Liger's fused RoPE: assumed the Hugging Face kernel's memory",
     "liger_rms_norm": "Liger's fused RMSNorm: assumed the Hugging Face kernel's memory",
@@ -99,7 +97,7 @@ def read_method(rec: Recorder) -> None:
             raise InputError(
                 f"{rec.file}: load_in_{bits}bit: a quantized base trains only adapters; set adapter: qlora"
             )
-        for key in ("lora_r", "lora_dropout", "lora_target_modules", "lora_target_linear"):
+        for key in ("lora_r", "lora_dropout", "lora_target_modules", "lora_target_linear", "lora_modules_to_save", "peft_use_dora"):
             if rec.get(key) is not None:
                 rec.neutral(key, "no adapter")
         return
@@ -133,6 +131,10 @@ def read_method(rec: Recorder) -> None:
         rec.set("lora_target_modules", "finetuning.lora.target_modules", lora_targets(rec.get("lora_target_modules")))
         if rec.get("lora_target_linear") is False:
             rec.neutral("lora_target_linear", "off")
+    from .peft_features import read_modules_to_save, read_use_dora
+
+    read_modules_to_save(rec, "lora_modules_to_save")
+    read_use_dora(rec, "peft_use_dora")
 
 
 def read_batch(rec: Recorder) -> None:
@@ -152,7 +154,13 @@ def read_batch(rec: Recorder) -> None:
             steps = max(1, int(rec.get("batch_size")) // int(rec.get("micro_batch_size")))
             rec.contributions.append(Contribution("gradient_accumulation_steps", steps, rec.file, "batch_size"))
     if rec.get("sample_packing") is True:
-        rec.modelled("sample_packing", "packed rows of sequence_len tokens (varlen attention): as trainmem counts")
+        rec.set(
+            "sample_packing",
+            "batch",
+            "packed",
+            "multipack bins of micro_batch_size × sequence_len tokens in one row, position_ids restarting at each "
+            "sample (trainmem.packing); several samples per bin assumed",
+        )
     elif rec.get("sample_packing") is not None:
         rec.neutral("sample_packing", "off")
     if rec.get("pad_to_sequence_len") is not None:
@@ -272,8 +280,12 @@ def read_parallelism(rec: Recorder) -> None:
             from .fsdp import apply_fsdp_config
 
             apply_fsdp_config(rec, "fsdp_config", config, "FULL_SHARD", True)
-    for key in ("liger_fused_linear_cross_entropy", "cut_cross_entropy", "chunked_cross_entropy"):
-        if rec.get(key) is not None:
-            read_liger(rec, key)
+    if rec.get("liger_fused_linear_cross_entropy") is not None:
+        read_liger(rec, "liger_fused_linear_cross_entropy")
+    for key in ("cut_cross_entropy", "chunked_cross_entropy"):
+        if rec.get(key) is True:
+            rec.set(key, "loss", "chunked", "the logits never whole: modelled as a chunked cross-entropy (loss_chunks)")
+        elif rec.get(key) is not None:
+            rec.neutral(key)
     if rec.get("plugins") is not None:
         rec.neutral("plugins", "the plugins' options are read as their own keys")

@@ -33,8 +33,6 @@ ATTENTION = {
     "fa3": "flash_attention_2",
 }
 NOT_MODELLED = {
-    "additional_target": "trained full copies of these modules are not counted",
-    "use_dora": "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA",
     "use_unsloth": "Unsloth's kernels: assumed the Hugging Face model's memory",
     "use_unsloth_gc": "Unsloth's offloaded checkpointing: assumed checkpoints kept on the GPU",
     "upcast_layernorm": "fp32 norm weights: assumed the training dtype",
@@ -149,7 +147,7 @@ def read_method(rec: Recorder) -> None:
                     "double_quantization", "finetuning.quantization.double_quant", bool(rec.get("double_quantization"))
                 )
     if method != "lora":
-        for key in ("lora_rank", "lora_target", "lora_dropout"):
+        for key in ("lora_rank", "lora_target", "lora_dropout", "additional_target", "use_dora"):
             if rec.get(key) is not None:
                 rec.neutral(key, f"finetuning_type is {method}")
         return
@@ -167,6 +165,10 @@ def read_method(rec: Recorder) -> None:
         rec.default(
             "finetuning.lora.lora_dropout", 0.0, "lora_dropout", f"{LLAMAFACTORY_VERSION} hparams/finetuning_args.py"
         )
+    from .peft_features import read_modules_to_save, read_use_dora
+
+    read_modules_to_save(rec, "additional_target")  # LoraConfig(modules_to_save=finetuning_args.additional_target)
+    read_use_dora(rec, "use_dora")
 
 
 def read_features(rec: Recorder) -> None:

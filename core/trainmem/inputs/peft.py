@@ -1,13 +1,14 @@
 """PEFT ``adapter_config.json`` (a saved ``LoraConfig``), read as PEFT 0.21 writes it.
 
-``r``, ``target_modules`` (a list, a regex string, or ``all-linear``) and ``lora_dropout`` are
-modelled; ``modules_to_save`` (trained full copies), ``use_dora`` (magnitude vectors and saved
-weight norms), ``layers_to_transform`` and a non-empty ``rank_pattern`` are not, and say so.
+``r``, ``target_modules`` (a list, a regex string, or ``all-linear``), ``lora_dropout``,
+``modules_to_save`` (trained full copies) and ``use_dora`` (magnitude vectors and saved weight
+norms) are modelled; ``layers_to_transform`` and a non-empty ``rank_pattern`` are not, and say so.
 """
 
 from __future__ import annotations
 
 from .model_ref import read_model_reference
+from .peft_features import read_modules_to_save, read_use_dora
 from .record import Recorder
 from .trainer_args import lora_targets, positive_int
 
@@ -32,9 +33,9 @@ def read_peft(rec: Recorder) -> None:
         rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
     if rec.get("base_model_name_or_path"):
         read_model_reference(rec, "base_model_name_or_path")
+    read_modules_to_save(rec, "modules_to_save")
+    read_use_dora(rec, "use_dora")
     for key, assumption in (
-        ("modules_to_save", "trained full copies of these modules are not counted"),
-        ("use_dora", "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA"),
         ("layers_to_transform", "assumed adapters on every layer"),
         ("rank_pattern", "assumed rank r everywhere"),
         ("exclude_modules", "assumed the listed targets"),

@@ -169,8 +169,9 @@ def read_liger(rec: Recorder, key: str) -> None:
         rec.set(
             key,
             "loss",
-            "chunked",
-            "Liger's fused linear cross-entropy; its RMSNorm, SwiGLU and RoPE kernels are not modelled",
+            "liger",
+            "Liger's fused linear cross-entropy (chunked by its own rule, from its source; not measured: Liger "
+            "needs Triton); its RMSNorm, SwiGLU and RoPE kernels are not modelled",
         )
     else:
         rec.neutral(key)
@@ -270,14 +271,10 @@ def read_peft_keys(rec: Recorder) -> None:
     targets = rec.get("lora_target_modules")
     if targets is not None:
         rec.set("lora_target_modules", "finetuning.lora.target_modules", lora_targets(targets))
-    if rec.get("lora_modules_to_save") is not None:
-        rec.unmodelled("lora_modules_to_save", "trained full copies of these modules are not counted")
-    if rec.get("use_dora") is True:
-        rec.unmodelled(
-            "use_dora", "DoRA's magnitude vectors and saved weight norms are not counted: assumed plain LoRA"
-        )
-    elif rec.get("use_dora") is not None:
-        rec.neutral("use_dora")
+    from .peft_features import read_modules_to_save, read_use_dora
+
+    read_modules_to_save(rec, "lora_modules_to_save")
+    read_use_dora(rec, "use_dora")
     read_bitsandbytes_keys(rec)
 
 

@@ -122,20 +122,32 @@ def read_sequence(rec: Recorder, kind: str, defaults) -> None:
 def read_trainer_features(rec: Recorder) -> None:
     """Keys every TrainingArguments file may carry: packing, DeepSpeed, FSDP, compile, Liger."""
     packing = rec.get("packing")
-    if packing is True:
+    padding_free = rec.get("padding_free")
+    if packing is True and padding_free is not False:
+        rec.set(
+            "packing",
+            "batch",
+            "packed",
+            "TRL 1.16 'bfd' packing trains padding-free: the micro-batch flattened into one row with position_ids "
+            "restarts (trainmem.packing); several sequences per row assumed",
+        )
+    elif packing is True:
         rec.modelled("packing", "packed rows are full: micro-batch × max_length tokens, as trainmem assumes")
-        if rec.get("padding_free") is not False:
-            rec.notes.append(
-                f"{rec.file}: packing (TRL 1.16 'bfd') trains padding-free with position_ids; "
-                "trainmem counts the same tokens as padded rows"
-            )
     elif packing is not None:
         rec.neutral("packing", "off: rows are padded; trainmem assumes each row max_length tokens (an upper bound)")
     if rec.get("packing_strategy") is not None:
         rec.neutral("packing_strategy")
-    if rec.get("padding_free") is True:
-        rec.unmodelled("padding_free", "no padding tokens: assumed every row max_length tokens (an upper bound)")
-    elif rec.get("padding_free") is not None:
+    if padding_free is True and packing is not True:
+        rec.set(
+            "padding_free",
+            "batch",
+            "packed",
+            "DataCollatorWithFlattening: the micro-batch in one row with position_ids restarts; every sequence "
+            "assumed max_length tokens (an upper bound)",
+        )
+    elif padding_free is True:
+        rec.modelled("padding_free", "with packing: one flattened row (batch = packed)")
+    elif padding_free is not None:
         rec.neutral("padding_free", "off")
     deepspeed = rec.get("deepspeed")
     if deepspeed is not None:

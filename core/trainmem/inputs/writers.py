@@ -37,6 +37,9 @@ _COMMON_TRAINER = [
     "finetuning.lora.r",
     "finetuning.lora.target_modules",
     "finetuning.lora.lora_dropout",
+    "finetuning.lora.modules_to_save",
+    "finetuning.lora.use_dora",
+    "batch",
     "finetuning.quantization.bits",
     "finetuning.quantization.quant_type",
     "finetuning.quantization.double_quant",
@@ -229,8 +232,12 @@ def write_trl(setup: Setup) -> tuple[str, list[str]]:
         }
     )
     config.update(_optimizer(setup, notes, "optim"))
-    if setup.loss == "chunked":
+    if setup.batch == "packed":
+        config["packing"] = True  # TRL 1.16: 'bfd' packing, padding-free
+    if setup.loss == "liger":
         config["use_liger_kernel"] = True
+    elif setup.loss == "chunked":
+        notes.append("loss 'chunked' (torchtune's chunked cross-entropy) has no TRL key: written without it")
     config.update(_trainer_parallelism(setup, notes))
     _common_notes(setup, notes)
     return _yaml(config, "trl sft --config sft_config.yaml"), notes
@@ -244,6 +251,10 @@ def _trl_peft(setup: Setup) -> dict[str, Any]:
     out: dict[str, Any] = {"use_peft": True, "lora_r": lora.r, "lora_dropout": lora.lora_dropout}
     if lora.target_modules is not None:
         out["lora_target_modules"] = lora.target_modules
+    if lora.modules_to_save:
+        out["lora_modules_to_save"] = list(lora.modules_to_save)
+    if lora.use_dora:
+        out["use_dora"] = True
     if finetuning.method == "qlora":
         quantization = finetuning.quantization
         out[f"load_in_{quantization.bits}bit"] = True
@@ -271,6 +282,10 @@ def write_axolotl(setup: Setup) -> tuple[str, list[str]]:
             config["lora_target_linear"] = True
         elif lora.target_modules is not None:
             config["lora_target_modules"] = list(lora.target_modules)
+        if lora.modules_to_save:
+            config["lora_modules_to_save"] = list(lora.modules_to_save)
+        if lora.use_dora:
+            config["peft_use_dora"] = True
         if qlora and quantization.bits == 4 and (quantization.quant_type, quantization.double_quant) != ("nf4", True):
             notes.append(
                 "Axolotl's QLoRA uses NF4 with double quantisation: other bitsandbytes settings are not written"
@@ -291,7 +306,11 @@ def write_axolotl(setup: Setup) -> tuple[str, list[str]]:
     config.update(_axolotl_precision(setup, notes))
     config["gradient_checkpointing"] = setup.activation_checkpointing == "full"
     config["attn_implementation"] = {"sdpa-math": "sdpa"}.get(setup.attention, setup.attention)
+    if setup.batch == "packed":
+        config["sample_packing"] = True
     if setup.loss == "chunked":
+        notes.append("loss 'chunked' (torchtune's chunked cross-entropy) has no Axolotl key: written without it")
+    if setup.loss == "liger":
         config["plugins"] = ["axolotl.integrations.liger.LigerPlugin"]
         config["liger_fused_linear_cross_entropy"] = True
     config.update(_trainer_parallelism(setup, notes, axolotl=True))

@@ -143,7 +143,14 @@ def _add_lora(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
     lora = setup.finetuning.lora
     targets = lora.target_modules
     target = targets if targets is None or isinstance(targets, str) else list(targets)
-    config = LoraConfig(r=lora.r, target_modules=target, lora_dropout=lora.lora_dropout, task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=lora.r,
+        target_modules=target,
+        lora_dropout=lora.lora_dropout,
+        task_type="CAUSAL_LM",
+        modules_to_save=list(lora.modules_to_save) or None,
+        use_dora=lora.use_dora,
+    )
     return get_peft_model(model, config)
 
 

@@ -31,6 +31,7 @@ from typing import Any, Optional, Union
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ..packing import row_shape
 from ..setup import Setup
 from .accounting import StepLog, account
 from .fake import materialize
@@ -109,7 +110,9 @@ def measure(
     check_replayable(setup)
     device = _device(setup, fake)
     torch.manual_seed(seed)
-    with _quiet_libraries(), unpacked_batches(), _fake_mode(fake):
+    # A packed row must reach transformers' own packing check (it builds the block-diagonal mask).
+    batches = unpacked_batches() if setup.batch != "packed" else contextlib.nullcontext()
+    with _quiet_libraries(), batches, _fake_mode(fake):
         run = _prepare(setup, fake, device)
         for _ in range(warmup_steps):
             run.step.run()
@@ -184,8 +187,21 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
     vocab_size = base_model(model).config.vocab_size
-    batch = torch.randint(0, vocab_size, (setup.micro_batch_size, setup.sequence_length), device=device)
-    return _Run(model, trainable, optimizer, TrainingStep(setup, model, optimizer.optimizer, batch))
+    rows, row_tokens = row_shape(setup)
+    batch = torch.randint(0, vocab_size, (rows, row_tokens), device=device)
+    step = TrainingStep(setup, model, optimizer.optimizer, batch)
+    if setup.batch == "packed":
+        step.forward_kwargs["position_ids"] = packed_position_ids(row_tokens, setup.packed_sequences, device)
+    return _Run(model, trainable, optimizer, step)
+
+
+def packed_position_ids(tokens: int, sequences: int, device: torch.device) -> torch.Tensor:
+    """(1, tokens) positions restarting at each of ``sequences`` equal parts (the last takes the rest), as
+    DataCollatorWithFlattening writes them."""
+    length = tokens // sequences
+    parts = [torch.arange(length, device=device) for _ in range(sequences - 1)]
+    parts.append(torch.arange(tokens - length * (sequences - 1), device=device))
+    return torch.cat(parts).unsqueeze(0)
 
 
 def _tracked_step(
@@ -292,6 +308,8 @@ def default_case_id(setup: Setup, fake: bool) -> str:
         parts.append(f"ckpt-{setup.activation_checkpointing}")
     if setup.finetuning.method == "lora":
         parts.append(f"lora-r{setup.finetuning.lora.r}")
+    if setup.batch == "packed":
+        parts.append(f"packed{setup.packed_sequences}")
     if fake:
         parts.append("fake")
     return "-".join(parts)
