@@ -37,6 +37,7 @@ from .files import read_json_file
 from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
 from .limits import Bound
+from .training.config import Training
 
 # --------------------------------------------------------------------------- strict, bounded fields
 
@@ -756,6 +757,10 @@ class Setup(StrictModel):
         default=0.10, ge=0.0, lt=0.5, description="Memory to keep free for spikes and fragmentation (10–15% is usual)."
     )
     runtime: Runtime = Field(default_factory=Runtime)
+    training: Training = Field(
+        default_factory=Training,
+        description="The trainer (TRL 1.16 vocabulary): sft (default), dpo, kto, orpo, cpo, simpo, reward, gkd, grpo.",
+    )
 
     @field_validator("model", mode="before")
     @classmethod
@@ -803,6 +808,9 @@ class Setup(StrictModel):
                 "finetuning",
                 "LoRA, QLoRA and frozen groups need an architecture: give a preset, hf_config or architecture",
             )
+        from .training.checks import check_training
+
+        check_training(self, architecture)
         if self.pipeline_and_accumulation_mismatch():
             raise FieldError(
                 "gradient_accumulation_steps",

@@ -1,0 +1,54 @@
+"""What a training mode needs of the rest of the Setup; each problem is one FieldError naming the field."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from ..errors import FieldError
+
+if TYPE_CHECKING:
+    from ..architecture import Architecture
+    from ..setup import Setup
+
+SUPPORTED_STRATEGIES = ("ddp", "zero", "fsdp")
+"""TRL trainers run under Accelerate: DDP, DeepSpeed ZeRO or FSDP (no Megatron tensor/pipeline parallelism)."""
+
+
+def check_training(setup: "Setup", architecture: Optional["Architecture"]) -> None:
+    training = setup.training
+    if training.is_supervised:
+        return
+    field = f"training.mode"
+    if architecture is None:
+        raise FieldError(field, f"mode {training.mode!r} needs an architecture: give a preset, hf_config or architecture")
+    parallel = setup.parallelism
+    if parallel.strategy not in SUPPORTED_STRATEGIES or parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
+        raise FieldError(
+            field,
+            f"mode {training.mode!r} is modelled for TRL under Accelerate (strategy ddp, zero or fsdp, no tensor or "
+            "pipeline parallelism)",
+        )
+    if training.mode == "grpo":
+        tokens = training.resolved("max_prompt_length") + training.resolved("max_completion_length")
+        if tokens > architecture.max_position_embeddings:
+            raise FieldError(
+                "training.max_completion_length",
+                f"max_prompt_length + max_completion_length = {tokens:,} tokens is longer than the model's "
+                f"max_position_embeddings ({architecture.max_position_embeddings:,})",
+            )
+        generations = training.resolved("num_generations")
+        if (setup.micro_batch_size * setup.gradient_accumulation_steps * parallel.data_parallel_size) % generations:
+            raise FieldError(
+                "training.num_generations",
+                f"the generation batch (micro_batch_size × gradient_accumulation_steps × data-parallel ranks = "
+                f"{setup.micro_batch_size * setup.gradient_accumulation_steps * parallel.data_parallel_size}) must be "
+                f"divisible by num_generations ({generations}) (TRL GRPOConfig)",
+            )
+    elif setup.sequence_length > architecture.max_position_embeddings and architecture.position_embedding == "rope":
+        raise FieldError(
+            "sequence_length",
+            f"sequence_length {setup.sequence_length:,} (TRL's max_length) is longer than the model's "
+            f"max_position_embeddings ({architecture.max_position_embeddings:,})",
+        )
+    if training.mode == "reward" and setup.loss != "standard":
+        raise FieldError("loss", "a reward model has a one-output score head: no vocabulary loss to chunk")
