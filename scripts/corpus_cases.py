@@ -345,3 +345,7 @@ CASES: list[dict[str, Any]] = [
          description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
 ]
 # fmt: on
+
+from post_training_cases import post_training_cases  # noqa: E402  (TRL post-training modes)
+
+CASES += post_training_cases(case, globals())

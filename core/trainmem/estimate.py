@@ -26,6 +26,7 @@ from .report import (
 )
 from .setup import Setup
 from .simulate import RankSimulation, attention_kernel, simulate_rank
+from .training.phases import effective_setup
 from .tape import DTYPE_BYTES
 from .units import GIB, format_bytes, format_count
 
@@ -36,6 +37,8 @@ _PHASE_DESCRIPTIONS = {
     "backward": "during backward, while saved activations and new gradients coexist",
     "optimizer": "in the optimizer step: gradients, states and the step's temporaries together",
     "zero_grad": "after zero_grad",
+    "reference": "in the reference model's forward (no_grad), on top of the policy's saved activations",
+    "generation": "while completions are generated (inference weights, KV cache, sampling logits)",
 }
 
 
@@ -47,7 +50,7 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
     """
     if not isinstance(setup, Setup):
         setup = Setup.model_validate(setup)
-    plan = Plan(setup)
+    plan = Plan(effective_setup(setup))  # the trainer's forward shape (training.phases)
     gpu = resolve_gpu(setup)
     ranks = [_rank_report(plan, simulate_rank(plan, stage), gpu, suggestions) for stage in plan.stages]
     heaviest = max(range(len(ranks)), key=lambda i: ranks[i].peak_total_bytes)

@@ -34,6 +34,8 @@ from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
 from .timeline import MemoryAccount
+from .training import phases as training_phases
+from .training.fused_head import trace_fused_head
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
 """DeepSpeed stage3_prefetch_bucket_size default (5e7 elements)."""
@@ -204,7 +206,12 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
-        if plan.setup.loss == "chunked":
+        if training_phases.uses_fused_head(plan):
+            head = _cached(
+                ("fused_head", key, vocab, plan.setup.training.mode),
+                lambda: trace_fused_head(arch, shape, kernels, trainability, vocab, grads_exist),
+            )
+        elif plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
             head = _cached(
                 ("chunked_head", key, vocab, chunks, head_shape),
@@ -388,6 +395,7 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
     """Simulate one optimizer step on a rank of ``stage`` and return its memory account."""
     states = model_states(plan, stage)
     account = MemoryAccount()
+    training_phases.resident_copies(plan, stage, account)
     _resident_states(plan, states, account)
     if plan.architecture is None:
         _count_only_step(plan, states, account)
@@ -667,6 +675,7 @@ def _micro_batch(
             "the final norm's tensors and the fp32 log-softmax of the logits",
         )
         account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
+        training_phases.record_reference_forward(plan, account, micro_batch, suffix)
         grads_now = head.backward_peak_grad_bytes
         account.record(
             "loss backward" + suffix,

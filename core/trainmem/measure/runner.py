@@ -91,6 +91,10 @@ def check_replayable(setup: Setup) -> None:
         problems.append(f"loss {setup.loss!r}")
     if setup.attention == "flash_attention_2":
         problems.append("flash_attention_2")
+    if not setup.training.is_supervised:
+        from .post_training import check_measurable
+
+        problems += check_measurable(setup)
     if problems:
         raise ValueError("cannot measure this setup: " + "; ".join(problems))
 
@@ -184,6 +188,11 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
     vocab_size = base_model(model).config.vocab_size
+    if not setup.training.is_supervised:
+        from .post_training import prepare
+
+        step = prepare(setup, fake, device, model, optimizer.optimizer, vocab_size)
+        return _Run(model, trainable, optimizer, step)
     batch = torch.randint(0, vocab_size, (setup.micro_batch_size, setup.sequence_length), device=device)
     return _Run(model, trainable, optimizer, TrainingStep(setup, model, optimizer.optimizer, batch))
 
