@@ -35,7 +35,7 @@ from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
 from .timeline import MemoryAccount
 from .training import phases as training_phases
-from .training.fused_head import trace_fused_head
+from .training.fused_head import trace_fused_head, trace_score_head
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
 """DeepSpeed stage3_prefetch_bucket_size default (5e7 elements)."""
@@ -206,7 +206,11 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
-        if training_phases.uses_fused_head(plan):
+        if plan.setup.training.mode == "reward":
+            head = _cached(
+                ("score_head", key), lambda: trace_score_head(arch, shape, kernels, trainability, grads_exist)
+            )
+        elif training_phases.uses_fused_head(plan):
             head = _cached(
                 ("fused_head", key, vocab, plan.setup.training.mode),
                 lambda: trace_fused_head(arch, shape, kernels, trainability, vocab, grads_exist),

@@ -33,7 +33,7 @@ from ..setup import Setup
 from .events import ROLE_PARAMETER
 from .step import TrainingStep
 
-SUPPORTED_MODES = ("dpo", "grpo")
+SUPPORTED_MODES = ("dpo", "reward", "grpo")
 DPO_POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
 
 
@@ -152,6 +152,48 @@ class PreferenceStep(TrainingStep):
         return contextlib.nullcontext()
 
 
+class RewardStep(TrainingStep):
+    """RewardTrainer's step: ``logits = model(input_ids).logits`` (one score per row, the last token's),
+    ``-logsigmoid(chosen − rejected).mean()``, backward (TRL 1.16 ``RewardTrainer.compute_loss``)."""
+
+    def _install_markers(self) -> None:
+        from .hf_model import base_model, decoder_layers
+
+        layers = decoder_layers(self.model)
+        for position, layer in enumerate(layers):
+            layer.register_forward_pre_hook(self._forward_marker(f"forward layers.{position}"))
+            layer.register_forward_hook(self._backward_marker_on_output(f"backward layers.{position}"))
+        layers[0].register_forward_pre_hook(self._backward_marker_on_input("backward embeddings"), with_kwargs=True)
+        final_norm(self.model).register_forward_pre_hook(lambda module, args: self._forward_mark_if_forward("loss", "loss"))
+
+    def run(self, tracker=None) -> None:
+        self.tracker = tracker
+        accumulation = self.setup.gradient_accumulation_steps
+        with self._attention_context():
+            for micro_batch in range(1, accumulation + 1):
+                self.micro_batch = micro_batch
+                self.in_backward = False
+                self._mark("forward", "forward embeddings")
+                with self._autocast_context():
+                    outputs = self.forward_module(input_ids=self.batch, use_cache=False)
+                    chosen, rejected = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
+                    loss = -F.logsigmoid(chosen - rejected).mean()
+                    del outputs, chosen, rejected
+                self.in_backward = True
+                self._mark("backward", "backward head")
+                self.backward(loss, accumulation)
+                del loss
+                self._snapshot_gradients()
+            self.in_backward = False
+            self.micro_batch = 0
+            self._mark("optimizer", "optimizer")
+            self.optimizer_step()
+            self._snapshot_optimizer_state()
+            self._mark("zero_grad", "zero_grad")
+            self.zero_grad()
+        self.tracker = None
+
+
 def final_norm(model: torch.nn.Module) -> torch.nn.Module:
     """The decoder's final norm (Llama ``model.norm``, GPT-2 ``transformer.ln_f``)."""
     from .hf_model import base_model
@@ -195,11 +237,14 @@ def build_reference(setup: Setup, fake: bool, device: torch.device) -> Optional[
 def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Module, optimizer, vocab_size: int):
     """The step of a post-training mode over an already built policy and optimizer."""
     reference = build_reference(setup, fake, device)
-    add_fused_heads(setup, model, reference)
+    if setup.training.mode != "reward":
+        add_fused_heads(setup, model, reference)
     rows, tokens = batch_shape(setup)
     batch = torch.randint(0, vocab_size, (rows, tokens), device=device)
     if setup.training.mode == "grpo":
         from .grpo import GRPOStep
 
         return GRPOStep(setup, model, optimizer, batch, reference)
+    if setup.training.mode == "reward":
+        return RewardStep(setup, model, optimizer, batch)
     return PreferenceStep(setup, model, optimizer, batch, reference)

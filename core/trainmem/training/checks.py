@@ -50,5 +50,9 @@ def check_training(setup: "Setup", architecture: Optional["Architecture"]) -> No
             f"sequence_length {setup.sequence_length:,} (TRL's max_length) is longer than the model's "
             f"max_position_embeddings ({architecture.max_position_embeddings:,})",
         )
+    if training.mode == "reward" and architecture.tie_word_embeddings:
+        raise FieldError(
+            field, "a reward model of a tied-embedding model is not modelled yet (its score head replaces the tied lm_head)"
+        )
     if training.mode == "reward" and setup.loss != "standard":
         raise FieldError("loss", "a reward model has a one-output score head: no vocabulary loss to chunk")

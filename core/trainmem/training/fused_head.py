@@ -172,3 +172,32 @@ def reference_head_forward_bytes(arch: Architecture, shape: LayerShape, kernels:
     normed = shape.stream_tokens * h * element
     copy = sizes.scored_tokens * h * element if (sizes.triton or shape.batch > 1) else 0
     return normed + copy + sizes.scored_tokens * (8 + 4) + sizes.forward_scratch_bytes(h, ("log_probs",))
+
+
+def trace_score_head(
+    arch: Architecture,
+    shape: LayerShape,
+    kernels: LayerKernels,
+    trainability: Trainability,
+    parameter_grads_exist: bool = False,
+) -> Trace:
+    """A reward model's head (``LlamaForSequenceClassification``, ``num_labels=1``, TRL RewardTrainer):
+    the final norm, ``score`` (hidden → 1) over every position, the logit of each row's last token
+    gathered (``logits[arange(rows), last_non_pad_token]``), then ``-logsigmoid(chosen − rejected)``."""
+    from ..ends import _finish, _program
+
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    program = _program(arch, shape, kernels, trainability, tape)
+    tokens, h = shape.stream_tokens, shape.hidden
+    x = tape.new(tokens * h, kernels.stream_dtype, True)
+    normed = program.norm(program.names.final_norm, x, tokens, h)
+    tape.release(x)
+    weight = Sym(h, kernels.weight_dtype, True, "parameter")  # score is trained (a new head)
+    logits = tape.linear(normed, weight, 1)
+    tape.release(normed)
+    pooled = tape.gather(logits, shape.batch, shape.batch)
+    tape.release(logits)
+    loss = tape.new(1, "fp32", True)
+    tape.record("logsigmoid", [pooled], [pooled], [loss])
+    tape.release(pooled)
+    return _finish(tape, loss, parameter_grads_exist, x)

@@ -59,6 +59,21 @@ def uses_fused_head(plan: "Plan") -> bool:
     return plan.setup.training.mode not in ("sft", "reward")
 
 
+def adjust_inventory(setup: "Setup", inventory):
+    """The reward model has ``score`` (hidden → 1, no bias) where the causal LM has ``lm_head``
+    (transformers ``*ForSequenceClassification``, TRL RewardTrainer ``num_labels=1``)."""
+    if inventory is None or setup.training.mode != "reward":
+        return inventory
+    from dataclasses import replace as replace_fields
+
+    from ..models.blocks import ParameterTensor
+
+    head = [tensor for tensor in inventory.head if tensor.group != "lm_head"]
+    hidden = setup.architecture().hidden_size
+    head.append(ParameterTensor("score.weight", "lm_head", (1, hidden), (hidden, 1)))
+    return replace_fields(inventory, head=tuple(head))
+
+
 def _peft(plan: "Plan") -> bool:
     return plan.lora
 
