@@ -1,0 +1,1 @@
+"""Inference memory: the KV cache, Hugging Face generate, and a vLLM engine (see README "Inference memory")."""
