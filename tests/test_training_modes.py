@@ -126,3 +126,53 @@ def test_trl_scores_tokens_without_the_logits_tensor():
     logits_fp32 = 2 * 4096 * 128256 * 4
     assert sft.get(("activations", "logits and loss temporaries"), 0) > logits_fp32 / 2
     assert dpo.get(("activations", "logits and loss temporaries"), 0) < logits_fp32 / 8
+
+
+# ---------------------------------------------------------------------- GRPO
+
+
+def grpo(**training):
+    return small(micro_batch_size=2, training={"mode": "grpo", "num_generations": 2, "max_prompt_length": 64,
+                                               "max_completion_length": 128, **training})
+
+
+def test_grpo_generation_and_training_are_separate_peaks():
+    report = trainmem.estimate(grpo(), suggestions=False)
+    timeline = report.timeline
+    totals = [sum(column[i] for column in (timeline.parameters, timeline.gradients, timeline.optimizer_states,
+                                          timeline.activations, timeline.overhead)) for i in range(len(timeline.labels))]
+    generation = timeline.phases.index("generation")
+    assert timeline.labels[generation] == "generation (transformers generate)"
+    assert report.peak_allocated_bytes == max(totals)  # the peak is one moment, not generation + training
+    assert parts(report)[("activations", "input batch")] == 2 * (64 + 128) * 8
+
+
+def test_grpo_with_beta_0_has_no_reference_and_with_beta_a_reference_pass():
+    none = trainmem.estimate(grpo(), suggestions=False)
+    assert ("parameters", "reference model") not in parts(none)
+    assert "reference" not in none.timeline.phases
+    with_ref = trainmem.estimate(grpo(beta=0.04), suggestions=False)
+    assert ("parameters", "reference model") in parts(with_ref)
+    assert with_ref.timeline.labels[with_ref.timeline.phases.index("reference")] == "reference log-probs"
+    lora = trainmem.estimate(grpo(beta=0.04) | {"finetuning": {"method": "lora"}}, suggestions=False)
+    assert ("parameters", "reference model") not in parts(lora)  # the base with adapters disabled
+    assert "reference" in lora.timeline.phases
+
+
+def test_a_colocated_vllm_takes_its_share_unless_it_sleeps():
+    setup = {"model": "llama-3.2-1b", "micro_batch_size": 8, "precision": "bf16-pure", "gpu": "h100-sxm-80gb",
+             "training": {"mode": "grpo", "use_vllm": True, "max_prompt_length": 256, "max_completion_length": 512}}
+    awake = trainmem.estimate(setup, suggestions=False)
+    share = parts(awake)[("overhead", "vLLM engine (colocated)")]
+    assert share == int(80 * 2**30 * 0.3) or abs(share - 0.3 * awake.fit.capacity_bytes) < 2**20
+    asleep = trainmem.estimate({**setup, "training": {**setup["training"], "vllm_enable_sleep_mode": True}},
+                               suggestions=False)
+    assert ("overhead", "vLLM engine (colocated)") not in parts(asleep) or asleep.peak.phase == "generation"
+    index = asleep.timeline.phases.index("generation")
+    assert asleep.timeline.overhead[index] >= share
+
+
+def test_the_generation_batch_must_divide_into_groups():
+    with pytest.raises(ValueError) as caught:
+        Setup.model_validate(grpo(num_generations=8))
+    assert one_line(caught.value).startswith("training.num_generations: ")

@@ -266,6 +266,9 @@ def _warnings(plan: Plan, gpu) -> list[str]:
             "LoRA on fused experts (PEFT's ParamWrapper) materialises each adapted expert stack as a new "
             "tensor per forward (W + B·A) that the expert matmul saves for backward: counted."
         )
+    from .training.phases import training_warnings
+
+    warnings += training_warnings(plan)
     if plan.optimizer.paged:
         warnings.append(
             "A paged optimizer keeps its states in unified memory and can evict them to the CPU under "

@@ -212,8 +212,11 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             )
         elif training_phases.uses_fused_head(plan):
             head = _cached(
-                ("fused_head", key, vocab, plan.setup.training.mode),
-                lambda: trace_fused_head(arch, shape, kernels, trainability, vocab, grads_exist),
+                ("fused_head", key, vocab, training_phases.policy_outputs(plan), training_phases.scored_fraction(plan)),
+                lambda: trace_fused_head(
+                    arch, shape, kernels, trainability, vocab, grads_exist, training_phases.policy_outputs(plan),
+                    training_phases.scored_fraction(plan),
+                ),
             )
         elif plan.setup.loss == "chunked":
             chunks = plan.setup.loss_chunks
@@ -408,6 +411,7 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
         in_flight = stage.in_flight_micro_batches
         first = _traces(plan, stage, grads_exist=False)
         later = _traces(plan, stage, grads_exist=True) if accumulation > 1 else first
+        training_phases.record_generation_phases(plan, account)
         _micro_batch(plan, stage, states, first, account, micro_batch=1, in_flight=in_flight, grads_exist=False)
         if accumulation > 1:
             _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=True)

@@ -163,10 +163,12 @@ def trace_fused_head(
     return _finish(tape, total, parameter_grads_exist, x)
 
 
-def reference_head_forward_bytes(arch: Architecture, shape: LayerShape, kernels: LayerKernels, vocab: int) -> int:
+def reference_head_forward_bytes(
+    arch: Architecture, shape: LayerShape, kernels: LayerKernels, vocab: int, scored_fraction: float = 1.0
+) -> int:
     """High-water bytes of the reference's final norm and fused head under ``no_grad`` (outputs log-probs only):
     the norm output, the scored hidden states (a copy unless one row off CUDA), targets, the scratch."""
-    sizes = head_shape(arch, shape, kernels, vocab)
+    sizes = head_shape(arch, shape, kernels, vocab, scored_fraction)
     h = shape.hidden
     element = DTYPE_BYTES[kernels.stream_dtype]
     normed = shape.stream_tokens * h * element

@@ -53,10 +53,15 @@ def effective_setup(setup: "Setup") -> "Setup":
     return setup.model_copy(update=update)
 
 
+FUSED_HEAD_MODES = ("dpo", "kto", "grpo")
+"""Trainers that call ``add_fused_lm_head`` (trl/trainer/dpo_trainer.py, kto_trainer.py, grpo_trainer.py). The
+experimental ORPO/CPO/GKD trainers take ``outputs.logits`` whole (selective_log_softmax, log_softmax): the
+supervised head is their closer model."""
+
+
 def uses_fused_head(plan: "Plan") -> bool:
-    """TRL 1.16's trainers score tokens with the fused log-prob head (``add_fused_lm_head``); the reward
-    model has a score head instead."""
-    return plan.setup.training.mode not in ("sft", "reward")
+    """Whether the trainer scores tokens with TRL's fused log-prob head."""
+    return plan.setup.training.mode in FUSED_HEAD_MODES
 
 
 def adjust_inventory(setup: "Setup", inventory):
@@ -76,6 +81,32 @@ def adjust_inventory(setup: "Setup", inventory):
 
 def _peft(plan: "Plan") -> bool:
     return plan.lora
+
+
+def policy_outputs(plan: "Plan") -> tuple[str, ...]:
+    """The per-token outputs the trainer asks of the policy's fused head (``add_fused_lm_head(outputs=...)``)."""
+    from .fused_head import POLICY_OUTPUTS
+
+    return ("log_probs", "entropy") if plan.setup.training.mode == "grpo" else POLICY_OUTPUTS
+
+
+def scored_fraction(plan: "Plan") -> float:
+    """Of the next-token positions, the fraction TRL scores (labels not -100): GRPO masks the prompt
+    (``labels[:, :-logits_to_keep] = -100``); the other modelled trainers score every row's tokens (the
+    corpus's rows are all completion)."""
+    training = plan.setup.training
+    if training.mode != "grpo":
+        return 1.0
+    completion = training.resolved("max_completion_length")
+    return completion / max(1, plan.setup.sequence_length - 1)
+
+
+def old_policy_pass(plan: "Plan") -> bool:
+    """GRPO computes the old policy's log-probs only when a generation batch is optimised more than once
+    (``gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0``, with TRL's default
+    steps_per_generation = gradient_accumulation_steps: num_iterations > 1)."""
+    training = plan.setup.training
+    return training.mode == "grpo" and training.resolved("num_iterations") > 1
 
 
 def reference_weight_bytes(plan: "Plan", stage: "Stage") -> int:
@@ -98,6 +129,75 @@ def resident_copies(plan: "Plan", stage: "Stage", account: "MemoryAccount") -> N
     reference = reference_weight_bytes(plan, stage)
     if reference:
         account.set("parameters", "reference model", reference, REFERENCE_DETAIL_COPY)
+    engine, detail = vllm_engine_bytes(plan)
+    if engine and not plan.setup.training.resolved("vllm_enable_sleep_mode"):
+        account.set("overhead", "vLLM engine (colocated)", engine, detail)
+
+
+def generation_batch(plan: "Plan") -> int:
+    """Completions one rank generates per generation round: per_device_train_batch_size ×
+    steps_per_generation (TRL's default: gradient_accumulation_steps)."""
+    return plan.setup.micro_batch_size * plan.setup.gradient_accumulation_steps
+
+
+def vllm_engine_bytes(plan: "Plan") -> tuple[int, str]:
+    """A colocated vLLM engine's share of the GPU (``vllm_gpu_memory_utilization`` × the GPU's memory: vLLM
+    preallocates its weights and KV-cache pool inside it), 0 without vLLM or in server mode."""
+    training = plan.setup.training
+    if training.mode != "grpo" or not training.resolved("use_vllm") or training.resolved("vllm_mode") != "colocate":
+        return 0, ""
+    from ..fit import resolve_gpu
+    from ..inference.vllm import vllm_colocated_bytes
+
+    utilization = training.resolved("vllm_gpu_memory_utilization")
+    gpu = resolve_gpu(plan.setup)
+    share = vllm_colocated_bytes(gpu.memory_bytes, utilization, 0)
+    return share, (
+        f"vllm_gpu_memory_utilization {utilization} × {gpu.display_name} (vLLM's weights and KV-cache pool; "
+        "TRL GRPOConfig, vllm_mode 'colocate')"
+    )
+
+
+def record_generation_phases(plan: "Plan", account: "MemoryAccount") -> None:
+    """GRPO's round before the training forward: generation (Hugging Face ``generate`` or colocated vLLM),
+    then the old-policy and reference log-prob passes under no_grad over micro-batches of the completions.
+    Each is its own point of the timeline: a separate peak, not added to the training phase."""
+    training = plan.setup.training
+    if training.mode != "grpo":
+        return
+    prompt = training.resolved("max_prompt_length")
+    completion = training.resolved("max_completion_length")
+    batch = generation_batch(plan)
+    engine, detail = vllm_engine_bytes(plan)
+    if training.resolved("use_vllm"):
+        if engine and training.resolved("vllm_enable_sleep_mode"):
+            account.record("generation (vLLM)", "generation", 1, {("overhead", "vLLM engine (colocated)"): engine})
+            account.details[("overhead", "vLLM engine (colocated)")] = detail + "; released by sleep mode (level 2) for training"
+        else:
+            account.record("generation (vLLM)", "generation", 1)
+    else:
+        from ..inference.generation import hf_generation_phase
+
+        phase = hf_generation_phase(plan, batch, prompt, completion, do_sample=True, top_k=0)
+        transient = {("activations", f"generation: {name}"): nbytes for name, nbytes in phase.parts.items() if nbytes}
+        for name in phase.parts:
+            account.details[("activations", f"generation: {name}")] = (
+                f"transformers generate of {batch} completions × ({prompt} + {completion}) tokens, at its {phase.peak_at}"
+            )
+        prompts = rounded_ids(plan, batch * prompt)
+        transient[("activations", "generation: prompt ids")] = prompts
+        account.record("generation (transformers generate)", "generation", 1, transient)
+    passes = [("old-policy log-probs", old_policy_pass(plan)), ("reference log-probs", training.has_reference(_peft(plan)))]
+    for label, runs in passes:
+        if runs:
+            account.details[("activations", "log-prob pass")] = f"{label}: " + REFERENCE_FORWARD_DETAIL.split(" while")[0]
+            account.record(label, "reference", 1, {("activations", "log-prob pass"): reference_forward_bytes(plan)})
+
+
+def rounded_ids(plan: "Plan", count: int) -> int:
+    from ..allocator import rounded
+
+    return rounded(count * 8, plan.device)
 
 
 def reference_forward_bytes(plan: "Plan") -> int:
@@ -111,7 +211,7 @@ def reference_forward_bytes(plan: "Plan") -> int:
     from .fused_head import reference_head_forward_bytes
 
     training = plan.setup.training
-    if not training.has_reference(_peft(plan)):
+    if not (training.has_reference(_peft(plan)) or old_policy_pass(plan)):
         return 0
     arch = plan.architecture
     shape = _shape(plan)
@@ -127,14 +227,39 @@ def reference_forward_bytes(plan: "Plan") -> int:
         )
         layers = max(layers, stream + trace.forward_peak_bytes)
     vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
-    head = reference_head_forward_bytes(arch, shape, kernels, vocab)
+    head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan))
     return stream + _rotary_bytes(plan) + max(layers, head)
 
 
 def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch: int, suffix: str) -> None:
-    """The reference forward as one event of the timeline (phase ``reference``)."""
+    """The reference forward as one event of the timeline (phase ``reference``); GRPO's log-prob passes
+    run before the training forward instead (:func:`record_generation_phases`)."""
+    if plan.setup.training.mode == "grpo":
+        return
     nbytes = reference_forward_bytes(plan)
     if not nbytes:
         return
     account.details[("activations", "reference forward")] = REFERENCE_FORWARD_DETAIL
     account.record("reference forward" + suffix, "reference", micro_batch, {("activations", "reference forward"): nbytes})
+
+
+NOT_MODELLED = {
+    "kto": "KTOTrainer's KL batch (a second, mismatched forward under no_grad) is not modelled yet.",
+    "orpo": "ORPO's selective_log_softmax over the full logits (after the NLL term) is not modelled yet.",
+    "cpo": "CPO's selective_log_softmax over the full logits is not modelled yet.",
+    "simpo": "SimPO (CPOTrainer)'s selective_log_softmax over the full logits is not modelled yet.",
+    "gkd": "GKD's teacher (its weights, its forward, its logits) and the generalized JSD over the vocabulary are "
+    "not modelled yet: this is the student's supervised step only.",
+}
+
+
+def training_warnings(plan: "Plan") -> list[str]:
+    """What the report must say about the mode: parts not modelled, assumptions."""
+    training = plan.setup.training
+    warnings = [NOT_MODELLED[training.mode]] if training.mode in NOT_MODELLED else []
+    if training.mode == "grpo" and training.resolved("use_vllm"):
+        warnings.append(
+            "The colocated vLLM share is vLLM's documented gpu_memory_utilization × GPU memory (an assumption, "
+            "not measured here); server mode puts nothing on the training GPUs."
+        )
+    return warnings
