@@ -234,6 +234,12 @@ def reference_forward_bytes(plan: "Plan") -> int:
 def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch: int, suffix: str) -> None:
     """The reference forward as one event of the timeline (phase ``reference``); GRPO's log-prob passes
     run before the training forward instead (:func:`record_generation_phases`)."""
+    if uses_fused_head(plan):
+        account.details[("activations", "saved by the loss head")] = (
+            "the final norm's tensors; TRL's fused head keeps the scored hidden states, targets and fp32 log-sum-exp"
+        )
+    elif plan.setup.training.mode == "reward":
+        account.details[("activations", "saved by the loss head")] = "the final norm's tensors and the score head's input"
     if plan.setup.training.mode == "grpo":
         return
     nbytes = reference_forward_bytes(plan)
