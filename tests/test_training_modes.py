@@ -48,7 +48,7 @@ def test_the_default_is_todays_supervised_step():
 
 def test_every_mode_has_its_trl_defaults_as_data():
     table = modes()
-    assert set(table) == {"sft", "dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo"}
+    assert set(table) == {"sft", "dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo"}
     assert Training(mode="dpo").resolved("beta") == 0.1
     assert Training(mode="grpo").resolved("beta") == 0.0  # TRL 1.16 GRPOConfig.beta
     assert Training(mode="grpo").resolved("vllm_gpu_memory_utilization") == 0.3
@@ -84,7 +84,7 @@ def test_the_cli_prints_one_line_and_exits_2(tmp_path):
     run = subprocess.run([sys.executable, "-m", "trainmem", "estimate", str(path)], capture_output=True, text=True)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "trainmem: error: training.num_generations: is not a field of mode 'dpo' (it belongs to: grpo)"
+        "trainmem: error: training.num_generations: is not a field of mode 'dpo' (it belongs to: grpo, rloo)"
     ]
 
 
@@ -176,3 +176,11 @@ def test_the_generation_batch_must_divide_into_groups():
     with pytest.raises(ValueError) as caught:
         Setup.model_validate(grpo(num_generations=8))
     assert one_line(caught.value).startswith("training.num_generations: ")
+
+
+def test_rloo_runs_grpos_program_with_a_reference_by_default():
+    report = trainmem.estimate(small(micro_batch_size=2, training={"mode": "rloo", "max_prompt_length": 64,
+                                                                    "max_completion_length": 64}), suggestions=False)
+    assert Training(mode="rloo").resolved("beta") == 0.05  # TRL 1.16 RLOOConfig
+    assert ("parameters", "reference model") in parts(report)
+    assert {"generation", "reference"} <= set(report.timeline.phases)

@@ -33,7 +33,7 @@ from ..setup import Setup
 from .events import ROLE_PARAMETER
 from .step import TrainingStep
 
-SUPPORTED_MODES = ("dpo", "reward", "grpo")
+SUPPORTED_MODES = ("dpo", "reward", "grpo", "rloo")
 DPO_POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
 
 
@@ -51,7 +51,7 @@ def check_measurable(setup: Setup) -> list[str]:
 def batch_shape(setup: Setup) -> tuple[int, int]:
     """(rows, tokens per row) of the step's forward."""
     training = setup.training
-    if training.mode == "grpo":
+    if training.is_rl:
         return setup.micro_batch_size, training.resolved("max_prompt_length") + training.resolved("max_completion_length")
     return setup.micro_batch_size * training.rows_per_example, setup.sequence_length
 
@@ -241,7 +241,7 @@ def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Modu
         add_fused_heads(setup, model, reference)
     rows, tokens = batch_shape(setup)
     batch = torch.randint(0, vocab_size, (rows, tokens), device=device)
-    if setup.training.mode == "grpo":
+    if setup.training.is_rl:
         from .grpo import GRPOStep
 
         return GRPOStep(setup, model, optimizer, batch, reference)

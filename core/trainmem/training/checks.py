@@ -28,7 +28,7 @@ def check_training(setup: "Setup", architecture: Optional["Architecture"]) -> No
             f"mode {training.mode!r} is modelled for TRL under Accelerate (strategy ddp, zero or fsdp, no tensor or "
             "pipeline parallelism)",
         )
-    if training.mode == "grpo":
+    if training.is_rl:
         tokens = training.resolved("max_prompt_length") + training.resolved("max_completion_length")
         if tokens > architecture.max_position_embeddings:
             raise FieldError(
@@ -42,7 +42,7 @@ def check_training(setup: "Setup", architecture: Optional["Architecture"]) -> No
                 "training.num_generations",
                 f"the generation batch (micro_batch_size × gradient_accumulation_steps × data-parallel ranks = "
                 f"{setup.micro_batch_size * setup.gradient_accumulation_steps * parallel.data_parallel_size}) must be "
-                f"divisible by num_generations ({generations}) (TRL GRPOConfig)",
+                f"divisible by num_generations ({generations}) (TRL {training.mode.upper()}Config)",
             )
     elif setup.sequence_length > architecture.max_position_embeddings and architecture.position_embedding == "rope":
         raise FieldError(

@@ -3,7 +3,8 @@
 ``mode`` names the trainer (TRL 1.16.0): ``sft`` (the default: today's supervised step,
 ``model(input_ids, labels=input_ids).loss``), ``dpo`` (DPOTrainer), ``kto`` (KTOTrainer),
 ``orpo``/``cpo``/``simpo`` (trl.experimental ORPOTrainer / CPOTrainer), ``reward``
-(RewardTrainer), ``gkd`` (trl.experimental GKDTrainer) and ``grpo`` (GRPOTrainer).
+(RewardTrainer), ``gkd`` (trl.experimental GKDTrainer), ``grpo`` (GRPOTrainer) and ``rloo``
+(RLOOTrainer, GRPO's program with RLOO's defaults; TRL 1.16 has no PPOTrainer).
 
 Every other field is None by default, meaning "TRL's default for this mode" (the table in
 ``trainmem/data/training_modes.json``, copied from TRL's config dataclasses); a field that
@@ -25,7 +26,7 @@ from .. import limits
 from .._base import FrozenModel
 from ..errors import FieldError
 
-TrainingMode = Literal["sft", "dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo"]
+TrainingMode = Literal["sft", "dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo"]
 
 MODE_FIELDS = (
     "loss_type",
@@ -62,7 +63,7 @@ class Training(FrozenModel):
     mode: TrainingMode = Field(
         default="sft",
         description="sft: the supervised step; dpo/kto/orpo/cpo/simpo: preference optimisation; reward: a reward "
-        "model (sequence-classification head); gkd: distillation from a frozen teacher; grpo: RL with generation.",
+        "model (sequence-classification head); gkd: distillation from a frozen teacher; grpo/rloo: RL with generation.",
     )
     loss_type: Optional[str] = Field(
         default=None, description="DPOConfig/KTOConfig/CPOConfig/GRPOConfig.loss_type (dpo: sigmoid, ipo, ...; grpo: dapo, ...)."
@@ -140,16 +141,17 @@ class Training(FrozenModel):
         loss_types = table.get("loss_types")
         if self.loss_type is not None and loss_types and self.loss_type not in loss_types:
             raise FieldError("loss_type", f"unknown {self.mode} loss_type {self.loss_type!r}; allowed: {', '.join(loss_types)}")
-        if self.mode == "grpo":
+        if self.is_rl:
             if self.reference_model not in (None, "none") and self.resolved("beta") == 0:
                 raise FieldError(
                     "reference_model",
-                    "GRPO with beta 0 loads no reference model (TRL GRPOConfig.beta); set beta > 0 or drop reference_model",
+                    f"{self.mode.upper()} with beta 0 loads no reference model (TRL {self.mode.upper()}Config.beta); set "
+                    "beta > 0 or drop reference_model",
                 )
             if self.reference_model == "none" and self.resolved("beta") > 0:
-                raise FieldError("reference_model", "GRPO with beta > 0 needs the reference model's log-probs")
+                raise FieldError("reference_model", f"{self.mode.upper()} with beta > 0 needs the reference model's log-probs")
         elif self.reference_model == "none":
-            raise FieldError("reference_model", "'none' is for grpo; use precompute_ref_log_probs for dpo/kto")
+            raise FieldError("reference_model", "'none' is for grpo/rloo; use precompute_ref_log_probs for dpo/kto")
         if self.teacher is not None:
             from ..catalogs import presets
 
@@ -163,6 +165,11 @@ class Training(FrozenModel):
         """A field's value, or TRL's default for the mode."""
         value = getattr(self, name)
         return modes()[self.mode]["fields"].get(name) if value is None else value
+
+    @property
+    def is_rl(self) -> bool:
+        """GRPO and RLOO: a generation round, then training on the completions."""
+        return modes()[self.mode].get("program") == "rl"
 
     @property
     def is_supervised(self) -> bool:

@@ -46,15 +46,15 @@ def effective_setup(setup: "Setup") -> "Setup":
     rows = training.rows_per_example
     if rows != 1:
         update["micro_batch_size"] = setup.micro_batch_size * rows
-    if training.mode == "grpo":
+    if training.is_rl:
         update["sequence_length"] = training.resolved("max_prompt_length") + training.resolved("max_completion_length")
     if not update:
         return setup
     return setup.model_copy(update=update)
 
 
-FUSED_HEAD_MODES = ("dpo", "kto", "grpo")
-"""Trainers that call ``add_fused_lm_head`` (trl/trainer/dpo_trainer.py, kto_trainer.py, grpo_trainer.py). The
+FUSED_HEAD_MODES = ("dpo", "kto", "grpo", "rloo")
+"""Trainers that call ``add_fused_lm_head`` (trl/trainer/dpo_trainer.py, kto_trainer.py, grpo_trainer.py, rloo_trainer.py). The
 experimental ORPO/CPO/GKD trainers take ``outputs.logits`` whole (selective_log_softmax, log_softmax): the
 supervised head is their closer model."""
 
@@ -87,7 +87,7 @@ def policy_outputs(plan: "Plan") -> tuple[str, ...]:
     """The per-token outputs the trainer asks of the policy's fused head (``add_fused_lm_head(outputs=...)``)."""
     from .fused_head import POLICY_OUTPUTS
 
-    return ("log_probs", "entropy") if plan.setup.training.mode == "grpo" else POLICY_OUTPUTS
+    return ("log_probs", "entropy") if plan.setup.training.is_rl else POLICY_OUTPUTS
 
 
 def scored_fraction(plan: "Plan") -> float:
@@ -95,7 +95,7 @@ def scored_fraction(plan: "Plan") -> float:
     (``labels[:, :-logits_to_keep] = -100``); the other modelled trainers score every row's tokens (the
     corpus's rows are all completion)."""
     training = plan.setup.training
-    if training.mode != "grpo":
+    if not training.is_rl:
         return 1.0
     completion = training.resolved("max_completion_length")
     return completion / max(1, plan.setup.sequence_length - 1)
@@ -106,7 +106,7 @@ def old_policy_pass(plan: "Plan") -> bool:
     (``gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0``, with TRL's default
     steps_per_generation = gradient_accumulation_steps: num_iterations > 1)."""
     training = plan.setup.training
-    return training.mode == "grpo" and training.resolved("num_iterations") > 1
+    return training.is_rl and training.resolved("num_iterations") > 1
 
 
 def reference_weight_bytes(plan: "Plan", stage: "Stage") -> int:
@@ -144,7 +144,7 @@ def vllm_engine_bytes(plan: "Plan") -> tuple[int, str]:
     """A colocated vLLM engine's share of the GPU (``vllm_gpu_memory_utilization`` × the GPU's memory: vLLM
     preallocates its weights and KV-cache pool inside it), 0 without vLLM or in server mode."""
     training = plan.setup.training
-    if training.mode != "grpo" or not training.resolved("use_vllm") or training.resolved("vllm_mode") != "colocate":
+    if not training.is_rl or not training.resolved("use_vllm") or training.resolved("vllm_mode") != "colocate":
         return 0, ""
     from ..fit import resolve_gpu
     from ..inference.vllm import vllm_colocated_bytes
@@ -163,7 +163,7 @@ def record_generation_phases(plan: "Plan", account: "MemoryAccount") -> None:
     then the old-policy and reference log-prob passes under no_grad over micro-batches of the completions.
     Each is its own point of the timeline: a separate peak, not added to the training phase."""
     training = plan.setup.training
-    if training.mode != "grpo":
+    if not training.is_rl:
         return
     prompt = training.resolved("max_prompt_length")
     completion = training.resolved("max_completion_length")
@@ -240,7 +240,7 @@ def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch
         )
     elif plan.setup.training.mode == "reward":
         account.details[("activations", "saved by the loss head")] = "the final norm's tensors and the score head's input"
-    if plan.setup.training.mode == "grpo":
+    if plan.setup.training.is_rl:
         return
     nbytes = reference_forward_bytes(plan)
     if not nbytes:
@@ -263,7 +263,7 @@ def training_warnings(plan: "Plan") -> list[str]:
     """What the report must say about the mode: parts not modelled, assumptions."""
     training = plan.setup.training
     warnings = [NOT_MODELLED[training.mode]] if training.mode in NOT_MODELLED else []
-    if training.mode == "grpo" and training.resolved("use_vllm"):
+    if training.is_rl and training.resolved("use_vllm"):
         warnings.append(
             "The colocated vLLM share is vLLM's documented gpu_memory_utilization × GPU memory (an assumption, "
             "not measured here); server mode puts nothing on the training GPUs."
