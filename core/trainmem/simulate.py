@@ -664,14 +664,14 @@ def _micro_batch(
             "loss" + suffix,
             "loss",
             micro_batch,
-            {
+            training_phases.head_weight_casts(plan, {
                 ("activations", "logits and loss temporaries"): head.forward_peak_bytes
                 - head.cache_only_weight_copy_bytes
                 - head.saved_weight_copy_bytes
                 - account.get("activations", "hidden state"),
                 ("parameters", "autocast cache"): head.cache_only_weight_copy_bytes + head.saved_weight_copy_bytes,
                 ("parameters", "gathered weights"): ends_gathered,
-            },
+            }),
         )
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
@@ -689,7 +689,7 @@ def _micro_batch(
             "loss backward" + suffix,
             "backward",
             micro_batch,
-            {
+            training_phases.head_weight_casts(plan, {
                 ("activations", "saved by the loss head"): head.backward_peak_saved_activation_bytes
                 - head.saved_activation_bytes,
                 ("parameters", copies_name): head.backward_peak_saved_weight_copy_bytes - head.saved_weight_copy_bytes,
@@ -700,7 +700,7 @@ def _micro_batch(
                 + fsdp.backward_prefetch_bytes(plan, states.gathered_layer_weights.get(traces.runs[-1][2], 0))
                 if traces.runs
                 else ends_gathered,
-            },
+            }),
         )
         account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
         account.add("parameters", copies_name, -head.saved_weight_copy_bytes)

@@ -238,6 +238,9 @@ def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch
         account.details[("activations", "saved by the loss head")] = (
             "the final norm's tensors; TRL's fused head keeps the scored hidden states, targets and fp32 log-sum-exp"
         )
+        account.details[("parameters", "head weight cast (fused head)")] = (
+            "one vocabulary chunk of the head weight cast to the compute dtype (ChunkedLogProbFunction)"
+        )
     elif plan.setup.training.mode == "reward":
         account.details[("activations", "saved by the loss head")] = "the final norm's tensors and the score head's input"
     if plan.setup.training.is_rl:
@@ -269,3 +272,26 @@ def training_warnings(plan: "Plan") -> list[str]:
             "not measured here); server mode puts nothing on the training GPUs."
         )
     return warnings
+
+
+def head_weight_casts(plan: "Plan", moment: dict) -> dict:
+    """The fused head casts each head-weight chunk to the compute dtype (``weight[start:end].to(compute_dtype)``,
+    an fp32 model under autocast): a copy of a weight, counted with the parameters (as autocast's weight copies
+    are), not with the head's temporaries."""
+    if not uses_fused_head(plan):
+        return moment
+    from ..simulate import _kernels, _shape
+    from .fused_head import head_shape
+
+    arch = plan.architecture
+    sizes = head_shape(arch, _shape(plan), _kernels(plan, False), arch.vocab_size // plan.parallel.tensor_parallel_size)
+    if sizes.weight_dtype == sizes.compute_dtype:
+        return moment
+    cast = sizes.tile_columns * arch.hidden_size * DTYPE_BYTES[sizes.compute_dtype]
+    key = ("activations", "logits and loss temporaries")
+    moved = min(cast, max(0, moment.get(key, 0)))
+    changed = dict(moment)
+    changed[key] = changed.get(key, 0) - moved
+    copies = ("parameters", "head weight cast (fused head)")
+    changed[copies] = changed.get(copies, 0) + moved
+    return changed
