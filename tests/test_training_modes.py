@@ -184,3 +184,11 @@ def test_rloo_runs_grpos_program_with_a_reference_by_default():
     assert Training(mode="rloo").resolved("beta") == 0.05  # TRL 1.16 RLOOConfig
     assert ("parameters", "reference model") in parts(report)
     assert {"generation", "reference"} <= set(report.timeline.phases)
+
+
+def test_what_is_not_modelled_is_said_in_the_report():
+    gkd = trainmem.estimate(small(training={"mode": "gkd"}), suggestions=False)
+    assert any("GKD's teacher" in warning for warning in gkd.warnings)
+    orpo = trainmem.estimate(small(training={"mode": "orpo"}), suggestions=False)
+    assert any("selective_log_softmax" in warning for warning in orpo.warnings)
+    assert ("parameters", "reference model") not in parts(orpo)
