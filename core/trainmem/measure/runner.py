@@ -301,6 +301,8 @@ def default_case_id(setup: Setup, fake: bool) -> str:
         parts.append(f"ckpt-{setup.activation_checkpointing}")
     if setup.finetuning.method == "lora":
         parts.append(f"lora-r{setup.finetuning.lora.r}")
+    if not setup.training.is_supervised:
+        parts.insert(0, f"trl-{setup.training.mode}")
     if fake:
         parts.append("fake")
     return "-".join(parts)
