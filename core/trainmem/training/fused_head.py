@@ -94,15 +94,25 @@ class HeadShape:
         return vectors + self.buffer_bytes + self.casts_bytes(hidden) + tiles
 
     def backward_scratch_bytes(self, hidden: int, head_trains: bool) -> int:
-        """What the backward holds besides the input gradients it returns."""
-        total = self.buffer_bytes + self.casts_bytes(hidden)
-        if self.hidden_dtype != "fp32":
-            total += self.scored_tokens * hidden * 4  # the fp32 accumulator, cast at the end
-        if head_trains and self.weight_dtype != "fp32":
-            total += self.vocab * hidden * 4
+        """What the backward holds besides the input gradients it returns (which the tape counts).
+
+        In fp32 the accumulators are the returned gradients. Otherwise the tile loop holds the fp32
+        accumulators with the buffer, casts and tiles, and only after the loop are they cast to the
+        inputs' dtypes (``grad_hidden.to(hidden.dtype)``): the larger of the two moments, less the returned
+        gradients."""
+        loop = self.buffer_bytes + self.casts_bytes(hidden)
         if not self.triton:
-            total += self.fp32_tiles(7) + self.bool_tiles(1)
-        return total
+            loop += self.fp32_tiles(7) + self.bool_tiles(1)
+        accumulators = returned = 0
+        if self.hidden_dtype != "fp32":
+            accumulators += self.scored_tokens * hidden * 4
+            returned += self.scored_tokens * hidden * DTYPE_BYTES[self.hidden_dtype]
+        if head_trains and self.weight_dtype != "fp32":
+            accumulators += self.vocab * hidden * 4
+            returned += self.vocab * hidden * DTYPE_BYTES[self.weight_dtype]
+        if not accumulators:
+            return loop
+        return max(loop + accumulators - returned, accumulators)
 
 
 def head_shape(arch: Architecture, shape: LayerShape, kernels: LayerKernels, vocab: int, scored_fraction: float = 1.0) -> HeadShape:
