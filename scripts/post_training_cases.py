@@ -35,6 +35,11 @@ def post_training_cases(case: Any, models: dict[str, Any]) -> list[dict[str, Any
         trl_case("trl-dpo-llama14m-lora-b2-s256", LLAMA_14M, DPO, batch=2, seq=256,
                  lora={"r": 8, "target_modules": LLAMA_ATTENTION},
                  description="DPO with LoRA: the reference is the base with adapters disabled (no copy)."),
+        trl_case("trl-gkd-llama14m-fp32-b1-s128", LLAMA_14M, {"mode": "gkd"}, batch=1, seq=128,
+                 description="GKD: a teacher copy, its forward next to the student's logits, the generalized JSD "
+                             "over the vocabulary (TRL's generalized_jsd_loss)."),
+        trl_case("trl-gkd-llama14m-ampbf16-b2-s256", LLAMA_14M, {"mode": "gkd", "beta": 0.1}, batch=2, seq=256,
+                 precision="amp-bf16", description="GKD under autocast: bf16 logits, fp32 log-softmax."),
         trl_case("trl-grpo-llama14m-fp32-beta0-g2-b2-p64-c32", LLAMA_14M,
                  {"mode": "grpo", "num_generations": 2, "max_prompt_length": 64, "max_completion_length": 32},
                  batch=2, seq=128, description="GRPO, beta 0 (TRL's default): no reference; generate, then train."),

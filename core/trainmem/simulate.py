@@ -35,6 +35,7 @@ from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
 from .timeline import MemoryAccount
 from .training import phases as training_phases
+from .training.distillation import trace_gkd_head
 from .training.fused_head import trace_fused_head, trace_score_head
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
@@ -206,7 +207,11 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
-        if plan.setup.training.mode == "reward":
+        if plan.setup.training.mode == "gkd":
+            head = _cached(
+                ("gkd_head", key, vocab), lambda: trace_gkd_head(arch, shape, kernels, trainability, vocab, grads_exist)
+            )
+        elif plan.setup.training.mode == "reward":
             head = _cached(
                 ("score_head", key), lambda: trace_score_head(arch, shape, kernels, trainability, grads_exist)
             )
@@ -660,6 +665,7 @@ def _micro_batch(
     # ---- loss, and the start of backward
     head = traces.head
     if head is not None:
+        training_phases.record_teacher_forward(plan, account, micro_batch, suffix)
         account.record(
             "loss" + suffix,
             "loss",

@@ -33,7 +33,7 @@ from ..setup import Setup
 from .events import ROLE_PARAMETER
 from .step import TrainingStep
 
-SUPPORTED_MODES = ("dpo", "reward", "grpo", "rloo")
+SUPPORTED_MODES = ("dpo", "reward", "gkd", "grpo", "rloo")
 DPO_POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
 
 
@@ -194,6 +194,34 @@ class RewardStep(TrainingStep):
         self.tracker = None
 
 
+class GKDStep(PreferenceStep):
+    """GKDTrainer.compute_loss (trl.experimental.gkd): student logits, the teacher's under no_grad, the
+    generalized JSD (TRL's own ``GKDTrainer.generalized_jsd_loss``), backward; off-policy batches. The
+    masked selection (``jsd[mask]``) has a data-dependent shape: real tensors only."""
+
+    def _loss(self) -> torch.Tensor:
+        import os
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        from trl.experimental.gkd import GKDTrainer
+
+        ids = self.batch
+        student = self.forward_module(input_ids=ids, use_cache=False)
+        self._mark("forward", "teacher forward")
+        self.in_reference = True
+        with torch.no_grad():
+            teacher = self.reference(input_ids=ids, use_cache=False)
+        self.in_reference = False
+        loss = GKDTrainer.generalized_jsd_loss(
+            student_logits=student.logits[:, :-1, :],
+            teacher_logits=teacher.logits[:, :-1, :],
+            labels=ids[:, 1:],
+            beta=float(self.setup.training.resolved("beta")),
+        )
+        del student, teacher
+        return loss
+
+
 def final_norm(model: torch.nn.Module) -> torch.nn.Module:
     """The decoder's final norm (Llama ``model.norm``, GPT-2 ``transformer.ln_f``)."""
     from .hf_model import base_model
@@ -215,8 +243,10 @@ def build_reference(setup: Setup, fake: bool, device: torch.device) -> Optional[
     from .hf_model import build_model
 
     training = setup.training
-    if not training.reference_copy(setup.finetuning.method != "full"):
+    if not training.reference_copy(setup.finetuning.method != "full") and training.mode != "gkd":
         return None
+    if training.mode == "gkd" and training.teacher is not None:
+        raise ValueError("cannot measure this setup: training.teacher (a teacher other than the student's architecture)")
     data = setup.model_dump(mode="json")
     data["finetuning"] = {"method": "full"}
     data["activation_checkpointing"] = "none"
@@ -237,7 +267,7 @@ def build_reference(setup: Setup, fake: bool, device: torch.device) -> Optional[
 def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Module, optimizer, vocab_size: int):
     """The step of a post-training mode over an already built policy and optimizer."""
     reference = build_reference(setup, fake, device)
-    if setup.training.mode != "reward":
+    if setup.training.mode not in ("reward", "gkd"):
         add_fused_heads(setup, model, reference)
     rows, tokens = batch_shape(setup)
     batch = torch.randint(0, vocab_size, (rows, tokens), device=device)
@@ -247,4 +277,6 @@ def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Modu
         return GRPOStep(setup, model, optimizer, batch, reference)
     if setup.training.mode == "reward":
         return RewardStep(setup, model, optimizer, batch)
+    if setup.training.mode == "gkd":
+        return GKDStep(setup, model, optimizer, batch, reference)
     return PreferenceStep(setup, model, optimizer, batch, reference)

@@ -129,6 +129,11 @@ def resident_copies(plan: "Plan", stage: "Stage", account: "MemoryAccount") -> N
     reference = reference_weight_bytes(plan, stage)
     if reference:
         account.set("parameters", "reference model", reference, REFERENCE_DETAIL_COPY)
+    from .distillation import teacher_weight_bytes
+
+    teacher = teacher_weight_bytes(plan)
+    if teacher:
+        account.set("parameters", "teacher model", teacher, "GKD's frozen teacher, in the student's weight dtype (assumed)")
     engine, detail = vllm_engine_bytes(plan)
     if engine and not plan.setup.training.resolved("vllm_enable_sleep_mode"):
         account.set("overhead", "vLLM engine (colocated)", engine, detail)
@@ -257,8 +262,8 @@ NOT_MODELLED = {
     "orpo": "ORPO's selective_log_softmax over the full logits (after the NLL term) is not modelled yet.",
     "cpo": "CPO's selective_log_softmax over the full logits is not modelled yet.",
     "simpo": "SimPO (CPOTrainer)'s selective_log_softmax over the full logits is not modelled yet.",
-    "gkd": "GKD's teacher (its weights, its forward, its logits) and the generalized JSD over the vocabulary are "
-    "not modelled yet: this is the student's supervised step only.",
+    "gkd": "GKD's on-policy batches (lmbda: the student generates) are not modelled; the teacher is held in the "
+    "student's weight dtype (an assumption).",
 }
 
 
@@ -295,3 +300,15 @@ def head_weight_casts(plan: "Plan", moment: dict) -> dict:
     copies = ("parameters", "head weight cast (fused head)")
     changed[copies] = changed.get(copies, 0) + moved
     return changed
+
+
+def record_teacher_forward(plan: "Plan", account: "MemoryAccount", micro_batch: int, suffix: str) -> None:
+    """GKD: the teacher's forward under no_grad, after the student's logits exist and before the loss."""
+    if plan.setup.training.mode != "gkd":
+        return
+    from .distillation import teacher_forward_bytes
+
+    account.details[("activations", "teacher forward")] = (
+        "the teacher's forward under no_grad, next to the student's logits (GKDTrainer.compute_loss)"
+    )
+    account.record("teacher forward" + suffix, "reference", micro_batch, {("activations", "teacher forward"): teacher_forward_bytes(plan)})
