@@ -38,8 +38,6 @@ def post_training_cases(case: Any, models: dict[str, Any]) -> list[dict[str, Any
         trl_case("trl-gkd-llama14m-fp32-b1-s128", LLAMA_14M, {"mode": "gkd"}, batch=1, seq=128,
                  description="GKD: a teacher copy, its forward next to the student's logits, the generalized JSD "
                              "over the vocabulary (TRL's generalized_jsd_loss)."),
-        trl_case("trl-gkd-llama14m-ampbf16-b2-s256", LLAMA_14M, {"mode": "gkd", "beta": 0.1}, batch=2, seq=256,
-                 precision="amp-bf16", description="GKD under autocast: bf16 logits, fp32 log-softmax."),
         trl_case("trl-grpo-llama14m-fp32-beta0-g2-b2-p64-c32", LLAMA_14M,
                  {"mode": "grpo", "num_generations": 2, "max_prompt_length": 64, "max_completion_length": 32},
                  batch=2, seq=128, description="GRPO, beta 0 (TRL's default): no reference; generate, then train."),
@@ -54,6 +52,9 @@ def post_training_cases(case: Any, models: dict[str, Any]) -> list[dict[str, Any
                  description="Reward model: score head (hidden → 1) instead of lm_head; the optimizer step peaks."),
         trl_case("trl-reward-llama14m-ampbf16-b4-s1024", LLAMA_14M, {"mode": "reward"}, batch=4, seq=1024,
                  precision="amp-bf16", description="Reward model, 4 pairs of 1024 tokens: the activations peak."),
+        trl_case("trl-dpo-llama58m-bf16-lora-separate-b2-s512", LLAMA_58M, {**DPO, "reference_model": "separate"},
+                 batch=2, seq=512, precision="bf16-pure", lora={"r": 16, "target_modules": "all-linear"},
+                 description="DPO with LoRA and a ref_model passed to the trainer: a bf16 copy besides the PEFT policy."),
         trl_case("trl-dpo-tinyllama-bf16-ckpt-b2-s1024-fake", "tinyllama-1.1b", DPO, batch=2, seq=1024,
                  precision="bf16-pure", checkpointing="full", fake=True,
                  description="TinyLlama 1.1B DPO on fake tensors: bf16 reference copy, checkpointed policy."),

@@ -193,3 +193,14 @@ def test_what_is_not_modelled_is_said_in_the_report():
     orpo = trainmem.estimate(small(training={"mode": "orpo"}), suggestions=False)
     assert any("selective_log_softmax" in warning for warning in orpo.warnings)
     assert ("parameters", "reference model") not in parts(orpo)
+
+
+def test_gkd_holds_a_teacher_and_runs_its_forward_before_the_loss():
+    report = trainmem.estimate(small(micro_batch_size=1, sequence_length=128, training={"mode": "gkd"}), suggestions=False)
+    assert parts(report)[("parameters", "teacher model")] == parts(report)[("parameters", "weights")]
+    timeline = report.timeline
+    index = timeline.labels.index("teacher forward")
+    assert timeline.phases[index + 1] == "loss"
+    with pytest.raises(ValueError) as caught:
+        Setup.model_validate(small(training={"mode": "gkd", "teacher": "llama-3-8b"}))
+    assert one_line(caught.value).startswith("training.teacher: ")

@@ -50,6 +50,17 @@ def check_training(setup: "Setup", architecture: Optional["Architecture"]) -> No
             f"sequence_length {setup.sequence_length:,} (TRL's max_length) is longer than the model's "
             f"max_position_embeddings ({architecture.max_position_embeddings:,})",
         )
+    if training.mode == "gkd" and training.teacher is not None:
+        from ..catalogs import presets
+        from ..hf_config import architecture_from_hf_config
+
+        teacher = architecture_from_hf_config(presets()[training.teacher.strip().lower()].config)
+        if teacher.vocab_size != architecture.vocab_size:
+            raise FieldError(
+                "training.teacher",
+                f"the teacher's vocab_size ({teacher.vocab_size:,}) differs from the student's "
+                f"({architecture.vocab_size:,}): the JSD compares their logits token by token",
+            )
     if training.mode == "reward" and architecture.tie_word_embeddings:
         raise FieldError(
             field, "a reward model of a tied-embedding model is not modelled yet (its score head replaces the tied lm_head)"
