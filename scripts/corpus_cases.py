@@ -395,3 +395,11 @@ CASES: list[dict[str, Any]] = [
          "checkpointing: the block-diagonal mask and the repeated K/V in every recomputed layer"),
 ]
 # fmt: on
+
+import sys as _sys  # noqa: E402
+from pathlib import Path as _Path  # noqa: E402
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
+from post_training_cases import post_training_cases  # noqa: E402  (TRL post-training modes)
+
+CASES += post_training_cases(case, globals())

@@ -26,6 +26,7 @@ from .report import (
 )
 from .setup import Setup
 from .simulate import RankSimulation, attention_kernel, simulate_rank
+from .training.phases import effective_setup
 from .tape import DTYPE_BYTES
 from .units import GIB, format_bytes, format_count
 
@@ -36,6 +37,8 @@ _PHASE_DESCRIPTIONS = {
     "backward": "during backward, while saved activations and new gradients coexist",
     "optimizer": "in the optimizer step: gradients, states and the step's temporaries together",
     "zero_grad": "after zero_grad",
+    "reference": "in the reference model's forward (no_grad), on top of the policy's saved activations",
+    "generation": "while completions are generated (inference weights, KV cache, sampling logits)",
 }
 
 
@@ -47,7 +50,7 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
     """
     if not isinstance(setup, Setup):
         setup = Setup.model_validate(setup)
-    plan = Plan(setup)
+    plan = Plan(effective_setup(setup))  # the trainer's forward shape (training.phases)
     gpu = resolve_gpu(setup)
     simulations = [simulate_rank(plan, stage) for stage in plan.stages]
     ranks = [_rank_report(plan, simulation, gpu, suggestions) for simulation in simulations]
@@ -265,6 +268,9 @@ def _warnings(plan: Plan, gpu) -> list[str]:
             "LoRA on fused experts (PEFT's ParamWrapper) materialises each adapted expert stack as a new "
             "tensor per forward (W + B·A) that the expert matmul saves for backward: counted."
         )
+    from .training.phases import training_warnings
+
+    warnings += training_warnings(plan)
     if plan.optimizer.paged:
         warnings.append(
             "A paged optimizer keeps its states in unified memory and can evict them to the CPU under "

@@ -32,6 +32,7 @@ from .precision import PrecisionPlan, resolve_precision
 from .quantization import quantized_weight_bytes
 from .setup import Setup, _parse_layer_range
 from .tape import DTYPE_BYTES
+from .training.phases import adjust_inventory
 
 @dataclass(frozen=True)
 class Slice:
@@ -89,6 +90,7 @@ class Plan:
         self.parallel = setup.parallelism
         self.architecture: Optional[Architecture] = setup.architecture()
         self.inventory: Optional[ModelInventory] = build_inventory(self.architecture) if self.architecture else None
+        self.inventory = adjust_inventory(setup, self.inventory)  # a reward model's score head (training.phases)
         self.family: Optional[DecoderFamily] = family_for(self.architecture) if self.architecture else None
         self.precision: PrecisionPlan = resolve_precision(setup)
         self.optimizer: OptimizerKind = optimizers()[setup.optimizer.name]

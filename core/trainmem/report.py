@@ -18,7 +18,7 @@ from .setup import Setup
 Category = Literal["parameters", "gradients", "optimizer_states", "activations", "overhead"]
 CATEGORIES: tuple[Category, ...] = ("parameters", "gradients", "optimizer_states", "activations", "overhead")
 
-Phase = Literal["start", "forward", "loss", "backward", "optimizer", "zero_grad"]
+Phase = Literal["start", "forward", "loss", "backward", "optimizer", "zero_grad", "reference", "generation"]
 
 
 class Breakdown(FrozenModel):

@@ -37,6 +37,7 @@ from .files import read_json_file
 from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
 from .limits import Bound
+from .training.config import Training
 
 # --------------------------------------------------------------------------- strict, bounded fields
 
@@ -788,6 +789,10 @@ class Setup(StrictModel):
         default=0.10, ge=0.0, lt=0.5, description="Memory to keep free for spikes and fragmentation (10–15% is usual)."
     )
     runtime: Runtime = Field(default_factory=Runtime)
+    training: Training = Field(
+        default_factory=Training,
+        description="The trainer (TRL 1.16 vocabulary): sft (default), dpo, kto, orpo, cpo, simpo, reward, gkd, grpo.",
+    )
 
     @field_validator("model", mode="before")
     @classmethod
@@ -842,6 +847,10 @@ class Setup(StrictModel):
         from .packing import check_packing
 
         check_packing(self)
+
+        from .training.checks import check_training
+
+        check_training(self, architecture)
         if self.pipeline_and_accumulation_mismatch():
             raise FieldError(
                 "gradient_accumulation_steps",

@@ -35,6 +35,9 @@ from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
 from .timeline import MemoryAccount
+from .training import phases as training_phases
+from .training.distillation import trace_gkd_head
+from .training.fused_head import trace_fused_head, trace_score_head
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
 """DeepSpeed stage3_prefetch_bucket_size default (5e7 elements)."""
@@ -210,7 +213,23 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
-        if plan.setup.loss == "liger":
+        if plan.setup.training.mode == "gkd":
+            head = _cached(
+                ("gkd_head", key, vocab), lambda: trace_gkd_head(arch, shape, kernels, trainability, vocab, grads_exist)
+            )
+        elif plan.setup.training.mode == "reward":
+            head = _cached(
+                ("score_head", key), lambda: trace_score_head(arch, shape, kernels, trainability, grads_exist)
+            )
+        elif training_phases.uses_fused_head(plan):
+            head = _cached(
+                ("fused_head", key, vocab, training_phases.policy_outputs(plan), training_phases.scored_fraction(plan)),
+                lambda: trace_fused_head(
+                    arch, shape, kernels, trainability, vocab, grads_exist, training_phases.policy_outputs(plan),
+                    training_phases.scored_fraction(plan),
+                ),
+            )
+        elif plan.setup.loss == "liger":
             from .liger import trace_liger_loss_head
 
             head = _cached(
@@ -462,6 +481,7 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
     """Simulate one optimizer step on a rank of ``stage`` and return its memory account."""
     states = model_states(plan, stage)
     account = MemoryAccount()
+    training_phases.resident_copies(plan, stage, account)
     _resident_states(plan, states, account)
     if plan.architecture is None:
         _count_only_step(plan, states, account)
@@ -470,6 +490,7 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
         in_flight = stage.in_flight_micro_batches
         first = _traces(plan, stage, grads_exist=False)
         later = _traces(plan, stage, grads_exist=True) if accumulation > 1 else first
+        training_phases.record_generation_phases(plan, account)
         _micro_batch(plan, stage, states, first, account, micro_batch=1, in_flight=in_flight, grads_exist=False)
         if accumulation > 1:
             _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=True)
@@ -736,18 +757,19 @@ def _micro_batch(
     # ---- loss, and the start of backward
     head = traces.head
     if head is not None:
+        training_phases.record_teacher_forward(plan, account, micro_batch, suffix)
         account.record(
             "loss" + suffix,
             "loss",
             micro_batch,
-            {
+            training_phases.head_weight_casts(plan, {
                 ("activations", "logits and loss temporaries"): head.forward_peak_bytes
                 - head.cache_only_weight_copy_bytes
                 - head.saved_weight_copy_bytes
                 - account.get("activations", "hidden state"),
                 ("parameters", "autocast cache"): head.cache_only_weight_copy_bytes + head.saved_weight_copy_bytes,
                 ("parameters", "gathered weights"): ends_gathered,
-            },
+            }),
         )
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
@@ -759,12 +781,13 @@ def _micro_batch(
             "the final norm's tensors and the fp32 log-softmax of the logits",
         )
         account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
+        training_phases.record_reference_forward(plan, account, micro_batch, suffix)
         grads_now = head.backward_peak_grad_bytes
         account.record(
             "loss backward" + suffix,
             "backward",
             micro_batch,
-            {
+            training_phases.head_weight_casts(plan, {
                 ("activations", "saved by the loss head"): head.backward_peak_saved_activation_bytes
                 - head.saved_activation_bytes,
                 ("parameters", copies_name): head.backward_peak_saved_weight_copy_bytes - head.saved_weight_copy_bytes,
@@ -775,7 +798,7 @@ def _micro_batch(
                 + fsdp.backward_prefetch_bytes(plan, states.gathered_layer_weights.get(traces.runs[-1][2], 0))
                 if traces.runs
                 else ends_gathered,
-            },
+            }),
         )
         account.add("activations", "saved by the loss head", -head.saved_activation_bytes)
         account.add("parameters", copies_name, -head.saved_weight_copy_bytes)

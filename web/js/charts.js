@@ -201,7 +201,7 @@ function timelineAnnotations(timeline, report, colors) {
   for (let i = 1; i <= count; i += 1) {
     if (i === count || timeline.phases[i] !== timeline.phases[start] || timeline.micro_batches[i] !== timeline.micro_batches[start]) {
       const phase = timeline.phases[start];
-      if (phase === "forward" || phase === "backward" || phase === "optimizer") {
+      if (["forward", "backward", "optimizer", "generation", "reference"].includes(phase)) {
         annotations[`phase${start}`] = {
           type: "box",
           xMin: start - 0.5,
@@ -211,7 +211,7 @@ function timelineAnnotations(timeline, report, colors) {
           drawTime: "beforeDatasetsDraw",
           label: {
             // A short phase is named only where the plot is wide enough for its name.
-            display: phase === "optimizer" ? (context) => context.chart.chartArea.width > 520 : i - start > 2,
+            display: ["optimizer", "generation", "reference"].includes(phase) ? (context) => context.chart.chartArea.width > 520 : i - start > 2,
             content: PHASE_LABELS[phase],
             position: { x: phase === "optimizer" ? "end" : "center", y: "start" },
             color: colors.muted,

@@ -57,6 +57,8 @@ export const PHASE_LABELS = {
   backward: "Backward",
   optimizer: "Optimizer step",
   zero_grad: "zero_grad",
+  generation: "Generation",
+  reference: "Reference / log-prob pass",
 };
 
 export const STATUS_LABELS = {

@@ -118,6 +118,10 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     fields = hf_config_dict(setup)
+    if setup.training.mode == "reward":  # TRL RewardTrainer: a sequence-classification model with one output
+        from transformers import AutoModelForSequenceClassification as AutoModelForCausalLM  # noqa: N814
+
+        fields.update(num_labels=1, pad_token_id=0)
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     implementation = ATTENTION_IMPLEMENTATION.get(setup.attention)
     if implementation is None:

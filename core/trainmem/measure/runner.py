@@ -92,6 +92,10 @@ def check_replayable(setup: Setup) -> None:
         problems.append(f"loss {setup.loss!r}")
     if setup.attention == "flash_attention_2":
         problems.append("flash_attention_2")
+    if not setup.training.is_supervised:
+        from .post_training import check_measurable
+
+        problems += check_measurable(setup)
     if problems:
         raise ValueError("cannot measure this setup: " + "; ".join(problems))
 
@@ -187,6 +191,11 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
     vocab_size = base_model(model).config.vocab_size
+    if not setup.training.is_supervised:
+        from .post_training import prepare
+
+        step = prepare(setup, fake, device, model, optimizer.optimizer, vocab_size)
+        return _Run(model, trainable, optimizer, step)
     rows, row_tokens = row_shape(setup)
     batch = torch.randint(0, vocab_size, (rows, row_tokens), device=device)
     step = TrainingStep(setup, model, optimizer.optimizer, batch)
@@ -310,6 +319,8 @@ def default_case_id(setup: Setup, fake: bool) -> str:
         parts.append(f"lora-r{setup.finetuning.lora.r}")
     if setup.batch == "packed":
         parts.append(f"packed{setup.packed_sequences}")
+    if not setup.training.is_supervised:
+        parts.insert(0, f"trl-{setup.training.mode}")
     if fake:
         parts.append("fake")
     return "-".join(parts)

@@ -1,0 +1,282 @@
+"""Measured steps of TRL's post-training modes, reproduced op for op with TRL's own pieces.
+
+The trainers themselves need datasets, tokenizers and an Accelerate state; what decides the
+memory of their step is a few lines of ``compute_loss`` (TRL 1.16.0), reproduced here with
+TRL's own functions, so the same tensors are allocated in the same order:
+
+* ``dpo`` (``DPOTrainer._compute_loss``): ``trl.trainer.utils.add_fused_lm_head`` patches the
+  policy (``outputs=("log_probs", "entropy", "mean_logits", "is_top1")``) and a separate reference
+  (``("log_probs",)``); the batch is the chosen rows followed by the rejected rows
+  (``DataCollatorForPreference``), 2 × ``micro_batch_size`` rows of ``sequence_length`` tokens, every
+  token a completion token (labels = input ids; on CPU TRL scores every position anyway);
+  ``outputs = model(input_ids, labels, fused_lm_head=True)``; then, unless the reference log-probs
+  are precomputed, the reference forward under ``torch.no_grad()`` — ``ref_model(...)``, or for a
+  PEFT policy without a ref_model the policy itself inside ``disable_adapter()``; then the sigmoid
+  loss ``-logsigmoid(beta · (chosen log-ratio − rejected log-ratio)).mean()`` and the metrics'
+  reductions of entropy, mean logits and top-1 (small).
+* ``grpo`` (``GRPOTrainer._compute_loss`` after ``_generate_and_score_completions``): see
+  :class:`GRPOStep`.
+
+The whole forward runs inside the step's autocast context, as the Trainer's
+``compute_loss_context_manager`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..setup import Setup
+from .events import ROLE_PARAMETER
+from .step import TrainingStep
+
+SUPPORTED_MODES = ("dpo", "reward", "gkd", "grpo", "rloo")
+DPO_POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
+
+
+def check_measurable(setup: Setup) -> list[str]:
+    """Problems that stop a post-training setup from being measured here (empty: fine)."""
+    training = setup.training
+    problems = []
+    if training.mode not in SUPPORTED_MODES:
+        problems.append(f"training.mode {training.mode!r} (measurable: sft, {', '.join(SUPPORTED_MODES)})")
+    if training.mode == "dpo" and training.resolved("loss_type") != "sigmoid":
+        problems.append("DPO loss types other than sigmoid (the memory differs by a few scalars per pair)")
+    return problems
+
+
+def batch_shape(setup: Setup) -> tuple[int, int]:
+    """(rows, tokens per row) of the step's forward."""
+    training = setup.training
+    if training.is_rl:
+        return setup.micro_batch_size, training.resolved("max_prompt_length") + training.resolved("max_completion_length")
+    return setup.micro_batch_size * training.rows_per_example, setup.sequence_length
+
+
+def add_fused_heads(setup: Setup, model: torch.nn.Module, reference: Optional[torch.nn.Module]) -> None:
+    """TRL's fused LM head on the policy (under PEFT: on its base model) and on the reference."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from .hf_model import base_model
+
+    outputs = DPO_POLICY_OUTPUTS if setup.training.mode == "dpo" else ("log_probs", "entropy")
+    add_fused_lm_head(base_model(model), outputs=outputs)
+    if reference is not None:
+        add_fused_lm_head(reference)
+
+
+class PreferenceStep(TrainingStep):
+    """DPOTrainer's step: one forward of chosen+rejected rows, the reference forward under no_grad, the loss."""
+
+    def __init__(self, setup: Setup, model, optimizer, batch, reference: Optional[torch.nn.Module]):
+        super().__init__(setup, model, optimizer, batch)
+        self.reference = reference
+        training = setup.training
+        self.beta = float(training.resolved("beta"))
+        self.reference_pass = training.has_reference(setup.finetuning.method != "full")
+        self.precomputed = torch.zeros(batch.shape[0], device=batch.device)
+        self.in_reference = False
+        final_norm(model).register_forward_pre_hook(self._loss_marker)
+
+    def _loss_marker(self, module, args) -> None:
+        """The fused head runs right after the final norm: the 'loss' segment starts there (as the supervised
+        step's starts at the head)."""
+        if not self.in_backward and not self.in_reference:
+            self._mark("loss", "loss")
+
+    def register_existing(self, tracker) -> None:
+        super().register_existing(tracker)
+        if self.reference is not None:
+            for tensor in self.reference.parameters():
+                tracker.register(tensor, ROLE_PARAMETER, op="(reference parameter)")
+            for tensor in self.reference.buffers():
+                tracker.register(tensor, ROLE_PARAMETER, op="(reference buffer)")
+        tracker.register(self.precomputed, "input", op="(precomputed reference log-probs)")
+
+    def run(self, tracker=None) -> None:
+        self.tracker = tracker
+        accumulation = self.setup.gradient_accumulation_steps
+        with self._attention_context():
+            for micro_batch in range(1, accumulation + 1):
+                self.micro_batch = micro_batch
+                self.in_backward = False
+                self._mark("forward", "forward embeddings")
+                with self._autocast_context():
+                    loss = self._loss()
+                self.in_backward = True
+                self._mark("backward", "backward head")
+                self.backward(loss, accumulation)
+                del loss
+                self._snapshot_gradients()
+            self.in_backward = False
+            self.micro_batch = 0
+            self._mark("optimizer", "optimizer")
+            self.optimizer_step()
+            self._snapshot_optimizer_state()
+            self._mark("zero_grad", "zero_grad")
+            self.zero_grad()
+        self.tracker = None
+
+    def _loss(self) -> torch.Tensor:
+        ids = self.batch
+        outputs = self.forward_module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True)
+        logps = outputs.log_probs.sum(dim=1)
+        chosen_logps, rejected_logps = logps.chunk(2, dim=0)
+        if self.reference_pass:
+            self._mark("forward", "reference forward")
+            self.in_reference = True
+            with torch.no_grad(), self._reference_context():
+                module = self.reference if self.reference is not None else self.forward_module
+                ref_outputs = module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True)
+            self.in_reference = False
+            ref_logps = ref_outputs.log_probs.sum(dim=1)
+            del ref_outputs
+        else:
+            ref_logps = self.precomputed
+        ref_chosen, ref_rejected = ref_logps.chunk(2, dim=0)
+        delta = (chosen_logps - ref_chosen) - (rejected_logps - ref_rejected)
+        loss = -F.logsigmoid(self.beta * delta).mean()
+        with torch.no_grad():  # the metrics TRL logs (small reductions)
+            (outputs.entropy.detach()).sum()
+            outputs.mean_logits.sum()
+            outputs.is_top1.sum()
+        del outputs
+        return loss
+
+    def _reference_context(self) -> contextlib.AbstractContextManager:
+        if self.reference is None and hasattr(self.model, "disable_adapter"):
+            return self.model.disable_adapter()
+        return contextlib.nullcontext()
+
+
+class RewardStep(TrainingStep):
+    """RewardTrainer's step: ``logits = model(input_ids).logits`` (one score per row, the last token's),
+    ``-logsigmoid(chosen − rejected).mean()``, backward (TRL 1.16 ``RewardTrainer.compute_loss``)."""
+
+    def _install_markers(self) -> None:
+        from .hf_model import base_model, decoder_layers
+
+        layers = decoder_layers(self.model)
+        for position, layer in enumerate(layers):
+            layer.register_forward_pre_hook(self._forward_marker(f"forward layers.{position}"))
+            layer.register_forward_hook(self._backward_marker_on_output(f"backward layers.{position}"))
+        layers[0].register_forward_pre_hook(self._backward_marker_on_input("backward embeddings"), with_kwargs=True)
+        final_norm(self.model).register_forward_pre_hook(lambda module, args: self._forward_mark_if_forward("loss", "loss"))
+
+    def run(self, tracker=None) -> None:
+        self.tracker = tracker
+        accumulation = self.setup.gradient_accumulation_steps
+        with self._attention_context():
+            for micro_batch in range(1, accumulation + 1):
+                self.micro_batch = micro_batch
+                self.in_backward = False
+                self._mark("forward", "forward embeddings")
+                with self._autocast_context():
+                    outputs = self.forward_module(input_ids=self.batch, use_cache=False)
+                    chosen, rejected = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
+                    loss = -F.logsigmoid(chosen - rejected).mean()
+                    del outputs, chosen, rejected
+                self.in_backward = True
+                self._mark("backward", "backward head")
+                self.backward(loss, accumulation)
+                del loss
+                self._snapshot_gradients()
+            self.in_backward = False
+            self.micro_batch = 0
+            self._mark("optimizer", "optimizer")
+            self.optimizer_step()
+            self._snapshot_optimizer_state()
+            self._mark("zero_grad", "zero_grad")
+            self.zero_grad()
+        self.tracker = None
+
+
+class GKDStep(PreferenceStep):
+    """GKDTrainer.compute_loss (trl.experimental.gkd): student logits, the teacher's under no_grad, the
+    generalized JSD (TRL's own ``GKDTrainer.generalized_jsd_loss``), backward; off-policy batches. The
+    masked selection (``jsd[mask]``) has a data-dependent shape: real tensors only."""
+
+    def _loss(self) -> torch.Tensor:
+        import os
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        from trl.experimental.gkd import GKDTrainer
+
+        ids = self.batch
+        student = self.forward_module(input_ids=ids, use_cache=False)
+        self._mark("forward", "teacher forward")
+        self.in_reference = True
+        with torch.no_grad():
+            teacher = self.reference(input_ids=ids, use_cache=False)
+        self.in_reference = False
+        loss = GKDTrainer.generalized_jsd_loss(
+            student_logits=student.logits[:, :-1, :],
+            teacher_logits=teacher.logits[:, :-1, :],
+            labels=ids[:, 1:],
+            beta=float(self.setup.training.resolved("beta")),
+        )
+        del student, teacher
+        return loss
+
+
+def final_norm(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder's final norm (Llama ``model.norm``, GPT-2 ``transformer.ln_f``)."""
+    from .hf_model import base_model
+
+    decoder = base_model(model).get_decoder()
+    for name in ("norm", "ln_f", "final_layernorm"):
+        module = getattr(decoder, name, None)
+        if isinstance(module, torch.nn.Module):
+            return module
+    raise ValueError("found no final norm on the decoder")
+
+
+def build_reference(setup: Setup, fake: bool, device: torch.device) -> Optional[torch.nn.Module]:
+    """A second copy of the model for the reference (TRL ``create_model_from_path`` with the policy's dtype:
+    no adapters, no checkpointing), in eval mode and frozen, or None when TRL keeps no copy."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from .fake import materialize
+    from .hf_model import build_model
+
+    training = setup.training
+    if not training.reference_copy(setup.finetuning.method != "full") and training.mode != "gkd":
+        return None
+    if training.mode == "gkd" and training.teacher is not None:
+        raise ValueError("cannot measure this setup: training.teacher (a teacher other than the student's architecture)")
+    data = setup.model_dump(mode="json")
+    data["finetuning"] = {"method": "full"}
+    data["activation_checkpointing"] = "none"
+    data["training"] = {"mode": "sft"}
+    plain = Setup.model_validate(data)
+    if fake:
+        with _disable_current_modes():
+            reference = build_model(plain, on_meta=True)
+        materialize(reference, device)
+    else:
+        reference = build_model(plain, on_meta=False).to(device)
+    reference.eval()
+    for parameter in reference.parameters():
+        parameter.requires_grad_(False)
+    return reference
+
+
+def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Module, optimizer, vocab_size: int):
+    """The step of a post-training mode over an already built policy and optimizer."""
+    reference = build_reference(setup, fake, device)
+    if setup.training.mode not in ("reward", "gkd"):
+        add_fused_heads(setup, model, reference)
+    rows, tokens = batch_shape(setup)
+    batch = torch.randint(0, vocab_size, (rows, tokens), device=device)
+    if setup.training.is_rl:
+        from .grpo import GRPOStep
+
+        return GRPOStep(setup, model, optimizer, batch, reference)
+    if setup.training.mode == "reward":
+        return RewardStep(setup, model, optimizer, batch)
+    if setup.training.mode == "gkd":
+        return GKDStep(setup, model, optimizer, batch, reference)
+    return PreferenceStep(setup, model, optimizer, batch, reference)
