@@ -119,6 +119,13 @@ DEEPSEEK_V2_SMALL = {"model_type": "deepseek_v2", **FAMILY_COMMON, "num_key_valu
 # experts with the clamped SwiGLU on every layer.
 GPT_OSS_SMALL = {"model_type": "gpt_oss", **FAMILY_COMMON, "intermediate_size": 256, "head_dim": 32,
                  "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128}
+# Qwen3-Next scaled down: three Gated DeltaNet layers and one gated full-attention layer (layer_types' default),
+# grouped value heads (8 value heads over 4 key heads), partial RoPE, routed experts plus a gated shared expert.
+QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
+                    "num_key_value_heads": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+                    "linear_key_head_dim": 32, "linear_value_head_dim": 32, "moe_intermediate_size": 128,
+                    "shared_expert_intermediate_size": 256, "num_experts": 4, "num_experts_per_tok": 2}
+QWEN3_NEXT_DENSE_SMALL = {**QWEN3_NEXT_SMALL, "mlp_only_layers": [0]}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -343,5 +350,15 @@ CASES: list[dict[str, Any]] = [
     case("gptoss-small-bf16-lora-all-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, precision="bf16-pure",
          attention="eager", lora={"r": 8, "target_modules": "all-linear"},
          description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
+    # ---------------------------------------------------------------- hybrid linear attention (Qwen3-Next)
+    case("qwen3next-small-fp32-adamw-b2-s256", QWEN3_NEXT_SMALL, batch=2, seq=256,
+         description="Gated DeltaNet (torch fallback: chunked gated delta rule, causal conv1d) and gated attention."),
+    case("qwen3next-small-ampbf16-adamw-ckpt-b2-s200", QWEN3_NEXT_DENSE_SMALL, batch=2, seq=200, precision="amp-bf16",
+         checkpointing="full", description="The sequence padded to the 64-token chunk; a dense first layer."),
+    case("qwen3next-small-bf16-lora-all-b2-s256", QWEN3_NEXT_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: in_proj_qkvz, in_proj_ba, out_proj, attention, shared expert, router, experts."),
+    case("qwen3next-small-ampbf16-adamw-eager-b1-s512", QWEN3_NEXT_SMALL, batch=1, seq=512, precision="amp-bf16",
+         attention="eager"),
 ]
 # fmt: on

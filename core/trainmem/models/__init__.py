@@ -34,6 +34,7 @@ from .olmo2 import Olmo2
 from .phi3 import Phi3
 from .qwen2 import Qwen2, Qwen2Moe
 from .qwen3 import Qwen3, Qwen3Moe
+from .qwen3_next import Qwen3Next
 from .starcoder2 import Starcoder2
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
@@ -56,6 +57,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     DeepseekV2,
     DeepseekV3,
     GptOss,
+    Qwen3Next,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
