@@ -280,6 +280,11 @@ class Qwen3NextProgram(GemmaProgram):
         shape, tape, names = self.shape, self.tape, self.names
         if shape.stream_tokens != shape.tokens:
             raise FieldError("parallelism.sequence_parallel", "is not modelled for qwen3_next yet")
+        if shape.heads != self.arch.num_attention_heads:
+            raise FieldError(
+                "parallelism.tensor_parallel_size",
+                "tensor parallelism of qwen3_next's Gated DeltaNet layers is not modelled yet; use 1",
+            )
         hk, hv, dk, dv, kernel = linear_dims(self.arch)
         b, s, h, tokens = shape.batch, shape.seq, shape.hidden, shape.tokens
         key_dim, value_dim = hk * dk, hv * dv
@@ -382,9 +387,10 @@ class Qwen3NextProgram(GemmaProgram):
             q, k = tape.copy(q, b * s * hv * dk), tape.copy(k, b * s * hv * dk)
         # x.transpose(1, 2).to(float32, memory_format=contiguous_format): a 16-bit input is copied to a
         # contiguous fp32 tensor; an fp32 one comes back as the transposed view itself (measured, torch
-        # 2.13), so every later element-wise result keeps the (b, s, heads, d) layout and the batched
-        # matmuls below copy their strided operands.
-        self._strided = input_dtype == "fp32" and not tape.autocast
+        # 2.13), so the element-wise results after it keep the (b, s, heads, d) layout, and so does F.pad
+        # when it pads nothing (a sequence that is a multiple of the chunk): the batched matmuls below
+        # then copy their strided operands. A real pad writes a new contiguous tensor.
+        self._strided = input_dtype == "fp32" and not tape.autocast and padded_seq == s
         heads_first = []
         for t in (q, k, v, beta, decay):
             if self._strided:
@@ -448,7 +454,7 @@ class Qwen3NextProgram(GemmaProgram):
         tape.release(last, cum)
         rows_k, rows_v = b * hv * chunk * dk, b * hv * chunk * dv
         outputs = []
-        for _ in range(chunks):
+        for index in range(chunks):
             k_cumdecay_i = self._slice(k_cumdecay, rows_k)
             read = tape.matmul(k_cumdecay_i, state, rows_v)
             v_new = tape.new(rows_v, "fp32", True)
@@ -464,6 +470,11 @@ class Qwen3NextProgram(GemmaProgram):
             chunk_out = tape.add(inter, intra_out)
             tape.release(inter, intra_out)
             outputs.append(chunk_out)
+            if index == chunks - 1:
+                # The last update makes the final state, which training discards (output_final_state is
+                # False): its graph is freed at once, and with it what its mul and matmul saved.
+                tape.release(v_new)
+                break
             carried = tape.mul(state, self._slice(chunk_decay, b * hv))
             k_t = self._bmm_operand(self._slice(k_decayed, rows_k))  # key[:, :, i].transpose(-1, -2)
             update = tape.matmul(k_t, v_new, state_numel)
