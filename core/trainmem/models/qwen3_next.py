@@ -65,8 +65,8 @@ CHUNK_SIZE = 64
 """``torch_chunk_gated_delta_rule``'s default ``chunk_size`` (the model does not pass one)."""
 
 CPU_KERNEL_NOTE = (
-    "Gated DeltaNet layers as transformers' torch fallback runs them (torch_chunk_gated_delta_rule, "
-    "causal_conv1d_fn); the CUDA kernels of flash-linear-attention and causal-conv1d save less (not modelled)"
+    "Gated DeltaNet layers: on CPU as transformers' torch fallback runs them (measured); on CUDA what the "
+    "flash-linear-attention and causal-conv1d kernels save, read from their source (an assumption, not measured)"
 )
 
 
@@ -301,14 +301,15 @@ class Qwen3NextProgram(GemmaProgram):
         tape.record("cat", [], [q, k, v], [mixed])  # torch.cat((query, key, value), dim=-1)
         if hk > 1:
             tape.release(q, k, v)
-        activated = self._causal_conv1d(mixed, conv_dim, kernel)
+        fused = self.kernels.device == "cuda"
+        activated = (self._fused_causal_conv1d if fused else self._causal_conv1d)(mixed, conv_dim, kernel)
         tape.release(mixed)
         q, k, v = tape.split(activated, [tokens * key_dim, tokens * key_dim, tokens * value_dim])
         beta = tape.unary_saving_result("sigmoid", beta_in)
         tape.release(beta_in)
         decay = self._decay(a, hv)
         tape.release(a)
-        core = self._chunk_gated_delta_rule(q, k, v, decay, beta)
+        core = (self._fused_chunk_gated_delta_rule if fused else self._chunk_gated_delta_rule)(q, k, v, decay, beta)
         tape.release(activated, decay, beta)
         if hk > 1:
             z_rows = tape.copy(z)  # z.reshape(-1, head_v_dim) of a strided slice: a copy
@@ -345,6 +346,42 @@ class Qwen3NextProgram(GemmaProgram):
         out = tape.to(activated, mixed.dtype)
         if out is not activated:
             tape.release(activated)
+        return out
+
+    # ------------------------------------------------------------------ CUDA kernels (assumed, not measured)
+    def _fused_causal_conv1d(self, mixed: Sym, conv_dim: int, kernel: int) -> Sym:
+        """causal-conv1d's ``causal_conv1d_fn`` (``CausalConv1dFn``): saves the input and the weight, the
+        SiLU is fused (its output is not saved). From the causal-conv1d 1.x source, not measured here."""
+        tape = self.tape
+        weight = self.parameter(self.names.conv1d, conv_dim * kernel)
+        out = tape.new(mixed.numel, mixed.dtype, True)
+        tape.record("causal_conv1d", [mixed, weight if mixed.requires_grad else None], [mixed, weight], [out])
+        return out
+
+    def _fused_chunk_gated_delta_rule(self, q: Sym, k: Sym, v: Sym, decay: Sym, beta: Sym) -> Sym:
+        """flash-linear-attention's ``chunk_gated_delta_rule`` (fla-core 0.6.0,
+        ``fla/ops/gated_delta_rule/chunk.py`` ``ChunkGatedDeltaRuleFunction.forward``): ``input_guard``
+        makes q, k, v contiguous; it saves the L2-normed q and k with their fp32 rstd, v, the chunk-local
+        cumulative gate (fp32), beta and ``A`` (b, s, Hv, 64) in k's dtype, and recomputes the chunk
+        states in backward. Grouped value heads are native (no repeat). Assumed from the source, not
+        measured (no CUDA here)."""
+        shape, tape = self.shape, self.tape
+        hk, hv, dk, dv, _ = linear_dims(self.arch)
+        tokens = shape.tokens
+        contiguous = [tape.copy(t) for t in (q, k, v)]
+        q_c, k_c, v_c = contiguous
+        q_n, k_n = tape.new(q.numel, q.dtype, True), tape.new(k.numel, k.dtype, True)
+        q_rstd, k_rstd = Sym(tokens * hk, "fp32", False), Sym(tokens * hk, "fp32", False)
+        g_cum = Sym(tokens * hv, "fp32", False)
+        a_matrix = Sym(tokens * hv * CHUNK_SIZE, k.dtype, False)
+        out = tape.new(tokens * hv * dv, q.dtype, True)
+        tape.record(
+            "chunk_gated_delta_rule",
+            [q_n, q_rstd, k_n, k_rstd, v_c, g_cum, beta, a_matrix],
+            [q_c, k_c, v_c, decay, beta],
+            [out],
+        )
+        tape.release(q_c, k_c, q_n, k_n, v_c)
         return out
 
     def _decay(self, a: Sym, hv: int) -> Sym:
