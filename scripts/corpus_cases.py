@@ -126,6 +126,8 @@ QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hid
                     "linear_key_head_dim": 32, "linear_value_head_dim": 32, "moe_intermediate_size": 128,
                     "shared_expert_intermediate_size": 256, "num_experts": 4, "num_experts_per_tok": 2}
 QWEN3_NEXT_DENSE_SMALL = {**QWEN3_NEXT_SMALL, "mlp_only_layers": [0]}
+COHERE_SMALL = {"model_type": "cohere", **FAMILY_COMMON, **IDS}
+COHERE_QK_NORM_SMALL = {**COHERE_SMALL, "use_qk_norm": True, "tie_word_embeddings": False}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -360,5 +362,12 @@ CASES: list[dict[str, Any]] = [
          description="LoRA all-linear: in_proj_qkvz, in_proj_ba, out_proj, attention, shared expert, router, experts."),
     case("qwen3next-small-ampbf16-adamw-eager-b1-s512", QWEN3_NEXT_SMALL, batch=1, seq=512, precision="amp-bf16",
          attention="eager"),
+    # ---------------------------------------------------------------- Cohere (Command-R)
+    case("cohere-small-fp32-adamw-b2-s256", COHERE_SMALL, batch=2, seq=256,
+         description="Parallel attention and MLP after one bias-free LayerNorm, fp32 interleaved RoPE, logit_scale."),
+    case("cohere-small-ampbf16-adamw-ckpt-b2-s256", COHERE_QK_NORM_SMALL, batch=2, seq=256, precision="amp-bf16",
+         checkpointing="full", description="Per-head q/k LayerNorms (Command-R+), untied head."),
+    case("cohere-small-bf16-lora-all-b2-s256", COHERE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
 ]
 # fmt: on

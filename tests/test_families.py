@@ -105,6 +105,11 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1], "attention_bias": True,
         "layer_types": ["full_attention", "linear_attention", "linear_attention"],
     },
+    "cohere": {"model_type": "cohere", **SMALL, "intermediate_size": 96},
+    "cohere-qk-norm": {
+        "model_type": "cohere", **SMALL, "intermediate_size": 96, "use_qk_norm": True, "attention_bias": True,
+        "tie_word_embeddings": False,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 

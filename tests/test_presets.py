@@ -48,6 +48,7 @@ PUBLISHED_COUNTS = {
     "gpt-oss-20b": 20_914_757_184,  # card: 21B
     "gpt-oss-120b": 116_829_156_672,  # card: 117B
     "qwen3-next-80b-a3b": 79_674_391_296,  # card: 80B (3B active)
+    "command-r": 34_980_831_232,  # card: 35B
 }
 
 REQUIRED_PRESETS = [

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from ..architecture import Architecture
 from ..errors import FieldError
+from .cohere import Cohere
 from .deepseek import DeepseekV2, DeepseekV3
 from .family import DecoderFamily
 from .fields import ConfigFields, describe
@@ -58,6 +59,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     DeepseekV3,
     GptOss,
     Qwen3Next,
+    Cohere,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
