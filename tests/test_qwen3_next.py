@@ -145,3 +145,10 @@ def test_delta_net_layer_saves_what_torch_saves(precision, dtype_name, seq):
     measured = _saved_bytes_of_layer(SMALL, 0, 2, seq, dtype_name)
     traced = _traced_saved_bytes(SMALL, 0, 2, seq, precision)
     assert abs(traced - measured) <= 64 + 0.002 * measured
+
+
+def test_internlm2_is_refused_in_one_line_saying_it_is_remote_code():
+    with pytest.raises(FieldError) as error:
+        architecture_from_hf_config({"model_type": "internlm2", "hidden_size": 4096})
+    assert error.value.field == "model_type"
+    assert "remote code" in str(error.value) and "\n" not in str(error.value)

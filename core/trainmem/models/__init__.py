@@ -97,6 +97,13 @@ TEXT_MODEL_ALIASES: dict[str, str] = {
 (checked on the meta device: the same tensors as Qwen2 / Qwen3; their multimodal RoPE changes the
 positions, not the shapes)."""
 
+REMOTE_CODE_MODEL_TYPES: dict[str, str] = {
+    "internlm2": "InternLM2 (internlm/internlm2-*) ships its modeling code with the checkpoint (trust_remote_code); "
+    "transformers 5.24 has no internlm2 class (its internlm3 is another architecture), so trainmem cannot check its shapes",
+}
+"""``model_type`` values whose model exists only as remote code: refused in one line that says so."""
+
+
 class _Custom(Llama):
     """Explicit architectures (``model_type`` "custom" or not a family's): Llama's module names,
     and attention in the scores' dtype as Megatron-style blocks compute it."""
@@ -156,6 +163,8 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
             return arch.model_copy(
                 update={"not_counted": (*arch.not_counted, f"the vision tower and projector of {wrapper}")}
             )
+    if model_type in REMOTE_CODE_MODEL_TYPES:
+        raise fields.fail("model_type", f"{model_type!r} is not supported: {REMOTE_CODE_MODEL_TYPES[model_type]}")
     tried = [repr(model_type)]
     if text_config is not None:
         tried.append(f"text_config.model_type {text_config.get('model_type')!r}")
