@@ -362,6 +362,9 @@ CASES: list[dict[str, Any]] = [
          description="LoRA all-linear: in_proj_qkvz, in_proj_ba, out_proj, attention, shared expert, router, experts."),
     case("qwen3next-small-ampbf16-adamw-eager-b1-s512", QWEN3_NEXT_SMALL, batch=1, seq=512, precision="amp-bf16",
          attention="eager"),
+    case("qwen3next-80b-bf16-lora-all-b1-s512-fake", "qwen3-next-80b-a3b", batch=1, seq=512, precision="bf16-pure",
+         lora={"r": 16, "target_modules": "all-linear"}, fake=True,
+         description="Qwen3-Next-80B-A3B (512 experts, 36 Gated DeltaNet layers) LoRA on everything PEFT adapts."),
     # ---------------------------------------------------------------- Cohere (Command-R)
     case("cohere-small-fp32-adamw-b2-s256", COHERE_SMALL, batch=2, seq=256,
          description="Parallel attention and MLP after one bias-free LayerNorm, fp32 interleaved RoPE, logit_scale."),

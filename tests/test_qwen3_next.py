@@ -113,7 +113,8 @@ def _saved_bytes_of_layer(config: dict, layer_index: int, batch: int, seq: int, 
             saved.setdefault(storage.data_ptr(), storage.nbytes())
         return tensor
 
-    layer = model.model.layers[layer_index]
+    layers = next(m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == hf_config.num_hidden_layers)
+    layer = layers[layer_index]
     hooks = torch.autograd.graph.saved_tensors_hooks(lambda tensor: tensor, unpack)
     layer.register_forward_pre_hook(lambda *args: hooks.__enter__())
     layer.register_forward_hook(lambda *args: hooks.__exit__(None, None, None))

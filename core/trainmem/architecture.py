@@ -169,6 +169,12 @@ class Architecture(FrozenModel):
     linear_key_head_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: query/key head width.")
     linear_value_head_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: value head width.")
     linear_conv_kernel_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: causal conv1d kernel.")
+    falcon_new_decoder_architecture: bool = Field(
+        default=False, description="Falcon-40B/180B: key/value groups broadcast to their query heads (copies)."
+    )
+    falcon_norms_in_parallel: PositiveInt = Field(
+        default=1, description="Falcon's parallel block: one input_layernorm, or ln_attn and ln_mlp (2)."
+    )
     attention_output_gate: bool = Field(
         default=False, description="Gated attention (Qwen3-Next): q_proj also yields a sigmoid gate on attention's output."
     )

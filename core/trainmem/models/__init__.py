@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from ..architecture import Architecture
 from ..errors import FieldError
 from .cohere import Cohere
+from .falcon import Falcon
 from .deepseek import DeepseekV2, DeepseekV3
 from .family import DecoderFamily
 from .fields import ConfigFields, describe
@@ -60,6 +61,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     GptOss,
     Qwen3Next,
     Cohere,
+    Falcon,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
