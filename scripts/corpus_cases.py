@@ -128,6 +128,9 @@ QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hid
 QWEN3_NEXT_DENSE_SMALL = {**QWEN3_NEXT_SMALL, "mlp_only_layers": [0]}
 COHERE_SMALL = {"model_type": "cohere", **FAMILY_COMMON, **IDS}
 COHERE_QK_NORM_SMALL = {**COHERE_SMALL, "use_qk_norm": True, "tie_word_embeddings": False}
+FALCON_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "multi_query": True, "parallel_attn": True}
+FALCON_NEW_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "num_kv_heads": 2,
+                    "new_decoder_architecture": True, "parallel_attn": True}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -372,5 +375,12 @@ CASES: list[dict[str, Any]] = [
          checkpointing="full", description="Per-head q/k LayerNorms (Command-R+), untied head."),
     case("cohere-small-bf16-lora-all-b2-s256", COHERE_SMALL, batch=2, seq=256, precision="bf16-pure",
          lora={"r": 8, "target_modules": "all-linear"}),
+    # ---------------------------------------------------------------- Falcon (rotary)
+    case("falcon-small-fp32-adamw-b2-s256", FALCON_SMALL, batch=2, seq=256, attention="sdpa-math",
+         description="Multi-query (one key/value head): SDPA takes its math path; parallel attention and MLP."),
+    case("falcon-new-small-ampbf16-adamw-ckpt-b2-s256", FALCON_NEW_SMALL, batch=2, seq=256, precision="amp-bf16",
+         checkpointing="full", description="New decoder architecture: key/value groups broadcast, ln_attn and ln_mlp."),
+    case("falcon-new-small-bf16-lora-default-b2-s256", FALCON_NEW_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": None}, description="PEFT's default target for falcon: query_key_value."),
 ]
 # fmt: on

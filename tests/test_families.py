@@ -110,6 +110,12 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "model_type": "cohere", **SMALL, "intermediate_size": 96, "use_qk_norm": True, "attention_bias": True,
         "tie_word_embeddings": False,
     },
+    "falcon": {"model_type": "falcon", **SMALL, "multi_query": True, "parallel_attn": True},
+    "falcon-new-architecture": {
+        "model_type": "falcon", **SMALL, "num_kv_heads": 2, "new_decoder_architecture": True, "bias": True,
+        "tie_word_embeddings": False,
+    },
+    "falcon-serial": {"model_type": "falcon", **SMALL, "multi_query": False, "parallel_attn": False, "ffn_hidden_size": 96},
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 

@@ -49,6 +49,8 @@ PUBLISHED_COUNTS = {
     "gpt-oss-120b": 116_829_156_672,  # card: 117B
     "qwen3-next-80b-a3b": 79_674_391_296,  # card: 80B (3B active)
     "command-r": 34_980_831_232,  # card: 35B
+    "falcon-7b": 6_921_720_704,  # card: 7B
+    "falcon-40b": 41_303_293_952,  # card: 40B
 }
 
 REQUIRED_PRESETS = [
