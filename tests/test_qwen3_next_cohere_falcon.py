@@ -1,4 +1,4 @@
-"""Qwen3-Next (hybrid Gated DeltaNet + gated attention, MoE): config reading, layer kinds, PEFT and
+"""Qwen3-Next (hybrid Gated DeltaNet + gated attention, MoE), Cohere and Falcon: config reading, layer kinds, PEFT and
 bitsandbytes rules, and the Gated DeltaNet's saved tensors against a real forward (torch-marked)."""
 
 from __future__ import annotations
@@ -153,3 +153,24 @@ def test_internlm2_is_refused_in_one_line_saying_it_is_remote_code():
         architecture_from_hf_config({"model_type": "internlm2", "hidden_size": 4096})
     assert error.value.field == "model_type"
     assert "remote code" in str(error.value) and "\n" not in str(error.value)
+
+
+OTHER_FAMILIES = {
+    "cohere": {"model_type": "cohere", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 96,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "use_qk_norm": True},
+    "falcon-multi-query": {"model_type": "falcon", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+                           "num_attention_heads": 4, "multi_query": True, "parallel_attn": True},
+    "falcon-new-architecture": {"model_type": "falcon", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "num_kv_heads": 2, "new_decoder_architecture": True},
+}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(OTHER_FAMILIES))
+def test_cohere_and_falcon_layers_save_what_torch_saves(name):
+    """Equal but for RoPE's cos and sin, which the tape counts once for all layers (external)."""
+    config, seq = OTHER_FAMILIES[name], 64
+    measured = _saved_bytes_of_layer(config, 0, 2, seq, "fp32")
+    traced = _traced_saved_bytes(config, 0, 2, seq, "fp32")
+    rotary_tables = 2 * seq * (64 // 4) * 4
+    assert abs(traced + rotary_tables - measured) <= 64
