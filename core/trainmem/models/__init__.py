@@ -100,8 +100,8 @@ TEXT_MODEL_ALIASES: dict[str, str] = {
 positions, not the shapes)."""
 
 REMOTE_CODE_MODEL_TYPES: dict[str, str] = {
-    "internlm2": "InternLM2 (internlm/internlm2-*) ships its modeling code with the checkpoint (trust_remote_code); "
-    "transformers 5.24 has no internlm2 class (its internlm3 is another architecture), so trainmem cannot check its shapes",
+    "internlm2": "InternLM2 is remote code only: internlm/internlm2-* ship their modeling code with the checkpoint "
+    "(trust_remote_code) and transformers 5.24 has no internlm2 class (its internlm3 is another architecture)",
 }
 """``model_type`` values whose model exists only as remote code: refused in one line that says so."""
 
