@@ -120,6 +120,18 @@ DEEPSEEK_V2_SMALL = {"model_type": "deepseek_v2", **FAMILY_COMMON, "num_key_valu
 # experts with the clamped SwiGLU on every layer.
 GPT_OSS_SMALL = {"model_type": "gpt_oss", **FAMILY_COMMON, "intermediate_size": 256, "head_dim": 32,
                  "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128}
+# Qwen3-Next scaled down: three Gated DeltaNet layers and one gated full-attention layer (layer_types' default),
+# grouped value heads (8 value heads over 4 key heads), partial RoPE, routed experts plus a gated shared expert.
+QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
+                    "num_key_value_heads": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+                    "linear_key_head_dim": 32, "linear_value_head_dim": 32, "moe_intermediate_size": 128,
+                    "shared_expert_intermediate_size": 256, "num_experts": 4, "num_experts_per_tok": 2}
+QWEN3_NEXT_DENSE_SMALL = {**QWEN3_NEXT_SMALL, "mlp_only_layers": [0]}
+COHERE_SMALL = {"model_type": "cohere", **FAMILY_COMMON, **IDS}
+COHERE_QK_NORM_SMALL = {**COHERE_SMALL, "use_qk_norm": True, "tie_word_embeddings": False}
+FALCON_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "multi_query": True, "parallel_attn": True}
+FALCON_NEW_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "num_kv_heads": 2,
+                    "new_decoder_architecture": True, "parallel_attn": True}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -393,6 +405,33 @@ CASES: list[dict[str, Any]] = [
          extra={"batch": "packed", "packed_sequences": 8},
          description="TinyLlama (GQA) on fake tensors, a packed row of 8 sequences in 4096 tokens under full "
          "checkpointing: the block-diagonal mask and the repeated K/V in every recomputed layer"),
+    # ---------------------------------------------------------------- hybrid linear attention (Qwen3-Next)
+    case("qwen3next-small-fp32-adamw-b2-s256", QWEN3_NEXT_SMALL, batch=2, seq=256,
+         description="Gated DeltaNet (torch fallback: chunked gated delta rule, causal conv1d) and gated attention."),
+    case("qwen3next-small-ampbf16-adamw-ckpt-b2-s200", QWEN3_NEXT_DENSE_SMALL, batch=2, seq=200, precision="amp-bf16",
+         checkpointing="full", description="The sequence padded to the 64-token chunk; a dense first layer."),
+    case("qwen3next-small-bf16-lora-all-b2-s256", QWEN3_NEXT_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: in_proj_qkvz, in_proj_ba, out_proj, attention, shared expert, router, experts."),
+    case("qwen3next-small-ampbf16-adamw-eager-b1-s512", QWEN3_NEXT_SMALL, batch=1, seq=512, precision="amp-bf16",
+         attention="eager"),
+    case("qwen3next-80b-bf16-lora-all-b1-s512-fake", "qwen3-next-80b-a3b", batch=1, seq=512, precision="bf16-pure",
+         lora={"r": 16, "target_modules": "all-linear"}, fake=True,
+         description="Qwen3-Next-80B-A3B (512 experts, 36 Gated DeltaNet layers) LoRA on everything PEFT adapts."),
+    # ---------------------------------------------------------------- Cohere (Command-R)
+    case("cohere-small-fp32-adamw-b2-s256", COHERE_SMALL, batch=2, seq=256,
+         description="Parallel attention and MLP after one bias-free LayerNorm, fp32 interleaved RoPE, logit_scale."),
+    case("cohere-small-ampbf16-adamw-ckpt-b2-s256", COHERE_QK_NORM_SMALL, batch=2, seq=256, precision="amp-bf16",
+         checkpointing="full", description="Per-head q/k LayerNorms (Command-R+), untied head."),
+    case("cohere-small-bf16-lora-all-b2-s256", COHERE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    # ---------------------------------------------------------------- Falcon (rotary)
+    case("falcon-small-fp32-adamw-b2-s256", FALCON_SMALL, batch=2, seq=256, attention="sdpa-math",
+         description="Multi-query (one key/value head): SDPA takes its math path; parallel attention and MLP."),
+    case("falcon-new-small-ampbf16-adamw-ckpt-b2-s256", FALCON_NEW_SMALL, batch=2, seq=256, precision="amp-bf16",
+         checkpointing="full", description="New decoder architecture: key/value groups broadcast, ln_attn and ln_mlp."),
+    case("falcon-new-small-bf16-lora-default-b2-s256", FALCON_NEW_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": None}, description="PEFT's default target for falcon: query_key_value."),
 ]
 # fmt: on
 

@@ -93,6 +93,29 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "model_type": "gpt_oss", **SMALL, "intermediate_size": 48, "head_dim": 16, "num_local_experts": 4,
         "num_experts_per_tok": 2, "sliding_window": 8,
     },
+    "qwen3_next": {
+        "model_type": "qwen3_next", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "head_dim": 16,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 8,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2,
+    },
+    "qwen3_next-layer-types": {
+        "model_type": "qwen3_next", **SMALL, "num_hidden_layers": 3, "intermediate_size": 96, "head_dim": 16,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 3, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+        "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1], "attention_bias": True,
+        "layer_types": ["full_attention", "linear_attention", "linear_attention"],
+    },
+    "cohere": {"model_type": "cohere", **SMALL, "intermediate_size": 96},
+    "cohere-qk-norm": {
+        "model_type": "cohere", **SMALL, "intermediate_size": 96, "use_qk_norm": True, "attention_bias": True,
+        "tie_word_embeddings": False,
+    },
+    "falcon": {"model_type": "falcon", **SMALL, "multi_query": True, "parallel_attn": True},
+    "falcon-new-architecture": {
+        "model_type": "falcon", **SMALL, "num_kv_heads": 2, "new_decoder_architecture": True, "bias": True,
+        "tie_word_embeddings": False,
+    },
+    "falcon-serial": {"model_type": "falcon", **SMALL, "multi_query": False, "parallel_attn": False, "ffn_hidden_size": 96},
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 

@@ -47,6 +47,10 @@ PUBLISHED_COUNTS = {
     "deepseek-v2-lite": 15_706_484_224,  # card: 15.7B
     "gpt-oss-20b": 20_914_757_184,  # card: 21B
     "gpt-oss-120b": 116_829_156_672,  # card: 117B
+    "qwen3-next-80b-a3b": 79_674_391_296,  # card: 80B (3B active)
+    "command-r": 34_980_831_232,  # card: 35B
+    "falcon-7b": 6_921_720_704,  # card: 7B
+    "falcon-40b": 41_303_293_952,  # card: 40B
 }
 
 REQUIRED_PRESETS = [

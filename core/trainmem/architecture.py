@@ -158,6 +158,26 @@ class Architecture(FrozenModel):
         default=None, gt=0, description="gpt-oss clamps gate and up to this limit: (up + 1) * gate * sigmoid(alpha * gate)."
     )
     attention_sinks: bool = Field(default=False, description="One learned sink logit per head (gpt-oss sinks).")
+    # ---- hybrid linear attention (models/qwen3_next.py)
+    linear_attention_layers: tuple[NonNegativeInt, ...] = Field(
+        default=(), description="Layers whose token mixer is linear attention (Qwen3-Next's Gated DeltaNet), "
+        "from config.json's layer_types."
+    )
+    layer_linear_attention: bool = Field(default=False, description="Set on a linear-attention layer kind (see layer_kinds).")
+    linear_num_key_heads: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: query/key heads.")
+    linear_num_value_heads: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: value heads.")
+    linear_key_head_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: query/key head width.")
+    linear_value_head_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: value head width.")
+    linear_conv_kernel_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: causal conv1d kernel.")
+    falcon_new_decoder_architecture: bool = Field(
+        default=False, description="Falcon-40B/180B: key/value groups broadcast to their query heads (copies)."
+    )
+    falcon_norms_in_parallel: PositiveInt = Field(
+        default=1, description="Falcon's parallel block: one input_layernorm, or ln_attn and ln_mlp (2)."
+    )
+    attention_output_gate: bool = Field(
+        default=False, description="Gated attention (Qwen3-Next): q_proj also yields a sigmoid gate on attention's output."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
@@ -238,17 +258,22 @@ class Architecture(FrozenModel):
         kind again into layers with and without RoPE. Kinds are listed by their first layer.
         """
         sliding = frozenset(self.window_layers())
-        if not self.dense_layers and not self.nope_layers and not sliding:
+        linear = frozenset(self.linear_attention_layers)
+        if not self.dense_layers and not self.nope_layers and not sliding and not linear:
             return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
         dense, nope = frozenset(self.dense_layers), frozenset(self.nope_layers)
-        signatures: dict[tuple[bool, bool, bool], list[int]] = {}
+        signatures: dict[tuple[bool, bool, bool, bool], list[int]] = {}
         for index in range(self.num_hidden_layers):
-            signatures.setdefault((index in dense, index in nope, index in sliding), []).append(index)
-        base = {"dense_layers": (), "dense_intermediate_size": None, "nope_layers": (), "sliding_layers": ()}
+            signatures.setdefault((index in dense, index in nope, index in sliding, index in linear), []).append(index)
+        base = {
+            "dense_layers": (), "dense_intermediate_size": None, "nope_layers": (), "sliding_layers": (),
+            "linear_attention_layers": (),
+        }
         kinds = []
-        for (is_dense, is_nope, is_sliding), indices in signatures.items():
+        for (is_dense, is_nope, is_sliding, is_linear), indices in signatures.items():
             update = dict(base)
             update["layer_sliding"] = is_sliding
+            update["layer_linear_attention"] = is_linear
             if is_dense:
                 update.update(
                     num_experts=0,

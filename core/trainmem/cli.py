@@ -109,6 +109,7 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     par.add_argument("--pp", "--pipeline-parallel", type=int, dest="pipeline_parallel_size")
     par.add_argument("--cp", "--context-parallel", type=int, dest="context_parallel_size")
     par.add_argument("--ep", "--expert-parallel", type=int, dest="expert_parallel_size")
+    par.add_argument("--etp", "--expert-tensor-parallel", type=int, dest="expert_tensor_parallel_size")
     par.add_argument("--sequence-parallel", action="store_true", default=None)
     par.add_argument("--offload-optimizer", action="store_true", default=None)
     par.add_argument("--offload-params", action="store_true", default=None, dest="offload_parameters")
@@ -188,6 +189,7 @@ def flag_patch(args: argparse.Namespace) -> dict[str, Any]:
         "pipeline_parallel_size",
         "context_parallel_size",
         "expert_parallel_size",
+        "expert_tensor_parallel_size",
         "sequence_parallel",
         "offload_optimizer",
         "offload_parameters",

@@ -244,8 +244,8 @@ class Plan:
         """Elements of ``tensor`` on one tensor-parallel rank (and one expert-parallel rank)."""
         tp, ep = self.parallel.tensor_parallel_size, self.parallel.expert_parallel_size
         numel = tensor.numel
-        if tensor.group == "experts":
-            return numel // ep // tp
+        if tensor.group == "experts":  # Megatron-Core: routed experts are split over EP × ETP (ETP default: TP)
+            return numel // ep // self.parallel.expert_tensor_parallel
         if tensor.group in ("embeddings", "lm_head") and "wpe" not in tensor.name and "positions" not in tensor.name:
             return numel // tp
         module = tensor.module.rsplit(".", 1)[-1]

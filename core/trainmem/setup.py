@@ -360,6 +360,11 @@ class Parallelism(StrictModel):
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tensor parallel).")
     context_parallel_size: ParallelSize = Field(default=1, description=limits.PARALLEL_SIZE.describe())
     expert_parallel_size: ParallelSize = Field(default=1, description=limits.PARALLEL_SIZE.describe())
+    expert_tensor_parallel_size: Optional[ParallelSize] = Field(
+        default=None,
+        description="Megatron-Core expert_tensor_parallel_size (ETP): the tensor-parallel degree of the routed "
+        "experts, whose weights, gradients and states are divided by EP × ETP; default: tensor_parallel_size.",
+    )
     bucket_size_mib: MemoryMiB = Field(
         default=25.0,
         description="DDP bucket_cap_mb / DeepSpeed reduce_bucket_size (converted to MiB); "
@@ -451,6 +456,15 @@ class Parallelism(StrictModel):
         if self.sequence_parallel and self.tensor_parallel_size == 1:
             raise FieldError("sequence_parallel", "sequence_parallel needs tensor_parallel_size > 1")
         data_parallel = self.num_gpus // model_parallel
+        expert_model_parallel = self.expert_tensor_parallel * self.expert_parallel_size * self.pipeline_parallel_size
+        if self.expert_tensor_parallel_size is not None and self.num_gpus % expert_model_parallel:
+            # megatron/core/parallel_state.py initialize_model_parallel: the expert grid is ETP × EP × DP × PP
+            raise FieldError(
+                "expert_tensor_parallel_size",
+                f"expert_tensor_parallel_size ({self.expert_tensor_parallel}) × expert_parallel_size "
+                f"({self.expert_parallel_size}) × pipeline_parallel_size ({self.pipeline_parallel_size}) must divide "
+                f"num_gpus ({self.num_gpus})",
+            )
         if self.expert_parallel_size > data_parallel * self.context_parallel_size:
             raise FieldError(
                 "expert_parallel_size",
@@ -458,6 +472,11 @@ class Parallelism(StrictModel):
                 f"({data_parallel * self.context_parallel_size})",
             )
         return self
+
+    @property
+    def expert_tensor_parallel(self) -> int:
+        """ETP as Megatron-Core resolves it: expert_tensor_parallel_size, or tensor_parallel_size when unset."""
+        return self.expert_tensor_parallel_size or self.tensor_parallel_size
 
     @property
     def data_parallel_size(self) -> int:
@@ -695,10 +714,13 @@ def check_divisibility(architecture: Architecture, setup: Setup) -> None:
         f"{tp_field} ({tp}) must divide num_key_value_heads ({kv_heads}), or be a multiple of it "
         "(each key/value head then replicated on several ranks)",
     )
+    etp = parallel.expert_tensor_parallel
+    etp_field = "parallelism.expert_tensor_parallel_size" if parallel.expert_tensor_parallel_size else tp_field
     need(
-        _divides(tp, architecture.intermediate_size),
-        tp_field,
-        f"{tp_field} ({tp}) must divide intermediate_size ({architecture.intermediate_size})"
+        _divides(etp if architecture.is_moe else tp, architecture.intermediate_size),
+        etp_field if architecture.is_moe else tp_field,
+        f"{etp_field if architecture.is_moe else tp_field} ({etp if architecture.is_moe else tp}) must divide "
+        f"intermediate_size ({architecture.intermediate_size})"
         + (" (the width of each expert)" if architecture.is_moe else ""),
     )
     if architecture.shared_expert_intermediate_size:

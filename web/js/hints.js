@@ -91,6 +91,7 @@ export const FIELDS = {
   "parallelism.sequence_parallel": { label: "Sequence parallel" },
   "parallelism.context_parallel_size": { label: "Context parallel size" },
   "parallelism.expert_parallel_size": { label: "Expert parallel size" },
+  "parallelism.expert_tensor_parallel_size": { label: "Expert tensor parallel size" },
   "parallelism.bucket_size_mib": { label: "Communication bucket", suffix: "MiB" },
   "training.mode": {
     label: "Trainer",

@@ -27,6 +27,7 @@ const VALUE_FLAGS = {
   "parallelism.pipeline_parallel_size": "--pp",
   "parallelism.context_parallel_size": "--cp",
   "parallelism.expert_parallel_size": "--ep",
+  "parallelism.expert_tensor_parallel_size": "--etp",
   gpu: "--gpu",
   "gpu.memory_gib": "--gpu-memory-gib",
   "runtime.device": "--device",

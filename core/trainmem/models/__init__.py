@@ -19,6 +19,8 @@ from typing import Any, Mapping
 
 from ..architecture import Architecture
 from ..errors import FieldError
+from .cohere import Cohere
+from .falcon import Falcon
 from .deepseek import DeepseekV2, DeepseekV3
 from .family import DecoderFamily
 from .fields import ConfigFields, describe
@@ -34,6 +36,7 @@ from .olmo2 import Olmo2
 from .phi3 import Phi3
 from .qwen2 import Qwen2, Qwen2Moe
 from .qwen3 import Qwen3, Qwen3Moe
+from .qwen3_next import Qwen3Next
 from .starcoder2 import Starcoder2
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
@@ -56,6 +59,9 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     DeepseekV2,
     DeepseekV3,
     GptOss,
+    Qwen3Next,
+    Cohere,
+    Falcon,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
@@ -92,6 +98,13 @@ TEXT_MODEL_ALIASES: dict[str, str] = {
 """Language models of multimodal wrappers whose parameters are laid out as another family's
 (checked on the meta device: the same tensors as Qwen2 / Qwen3; their multimodal RoPE changes the
 positions, not the shapes)."""
+
+REMOTE_CODE_MODEL_TYPES: dict[str, str] = {
+    "internlm2": "InternLM2 is remote code only: internlm/internlm2-* ship their modeling code with the checkpoint "
+    "(trust_remote_code) and transformers 5.24 has no internlm2 class (its internlm3 is another architecture)",
+}
+"""``model_type`` values whose model exists only as remote code: refused in one line that says so."""
+
 
 class _Custom(Llama):
     """Explicit architectures (``model_type`` "custom" or not a family's): Llama's module names,
@@ -152,6 +165,8 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
             return arch.model_copy(
                 update={"not_counted": (*arch.not_counted, f"the vision tower and projector of {wrapper}")}
             )
+    if model_type in REMOTE_CODE_MODEL_TYPES:
+        raise fields.fail("model_type", f"{model_type!r} is not supported: {REMOTE_CODE_MODEL_TYPES[model_type]}")
     tried = [repr(model_type)]
     if text_config is not None:
         tried.append(f"text_config.model_type {text_config.get('model_type')!r}")
