@@ -37,6 +37,7 @@ from .files import read_json_file
 from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
 from .limits import Bound
+from .tasks import Task, apply_task
 
 # --------------------------------------------------------------------------- strict, bounded fields
 
@@ -756,6 +757,11 @@ class Setup(StrictModel):
         default=0.10, ge=0.0, lt=0.5, description="Memory to keep free for spikes and fragmentation (10–15% is usual)."
     )
     runtime: Runtime = Field(default_factory=Runtime)
+    task: Task = Field(
+        default_factory=Task,
+        description="The head trained on top: causal_lm for decoders; sequence_classification, "
+        "token_classification, masked_lm or embedding (contrastive, in-batch negatives) for encoders.",
+    )
 
     @field_validator("model", mode="before")
     @classmethod
@@ -833,9 +839,13 @@ class Setup(StrictModel):
         """The model's architecture, or None when only a parameter count was given."""
         model = self.model
         if isinstance(model, PresetModel):
-            return model.architecture()
-        if isinstance(model, HFConfigModel):
-            return model.architecture()
-        if isinstance(model, ArchitectureModel):
-            return model.architecture
-        return None
+            architecture = model.architecture()
+        elif isinstance(model, HFConfigModel):
+            architecture = model.architecture()
+        elif isinstance(model, ArchitectureModel):
+            architecture = model.architecture
+        else:
+            if self.task.kind not in (None, "causal_lm"):
+                raise FieldError("task.kind", f"a {self.task.kind} head needs an architecture: give a preset or hf_config")
+            return None
+        return apply_task(architecture, self.task)

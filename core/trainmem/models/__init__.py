@@ -19,7 +19,9 @@ from typing import Any, Mapping
 
 from ..architecture import Architecture
 from ..errors import FieldError
+from .bert import Bert
 from .deepseek import DeepseekV2, DeepseekV3
+from .distilbert import DistilBert
 from .family import DecoderFamily
 from .fields import ConfigFields, describe
 from .gemma import Gemma2, Gemma3Text
@@ -34,6 +36,7 @@ from .olmo2 import Olmo2
 from .phi3 import Phi3
 from .qwen2 import Qwen2, Qwen2Moe
 from .qwen3 import Qwen3, Qwen3Moe
+from .roberta import Roberta, XLMRoberta
 from .starcoder2 import Starcoder2
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
@@ -56,6 +59,10 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     DeepseekV2,
     DeepseekV3,
     GptOss,
+    Bert,
+    Roberta,
+    XLMRoberta,
+    DistilBert,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
