@@ -345,3 +345,7 @@ CASES: list[dict[str, Any]] = [
          description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
 ]
 # fmt: on
+
+from encoder_corpus_cases import ENCODER_CASES  # noqa: E402  (the encoder families and their heads)
+
+CASES += ENCODER_CASES

@@ -50,6 +50,27 @@ class EncoderLayerProgram(LayerProgram):
         tape.release(summed)
         return result
 
+    def _attention_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """Fused and math SDPA as for decoders; the eager path is BERT's ``eager_attention_forward``:
+        ``softmax(q kᵀ · scale)`` in the scores' dtype, dropout, ``@ v``, transposed to a contiguous copy.
+        CPU autocast leaves ``softmax`` in bf16 (measured, torch 2.13: ``aten._softmax`` returns bf16
+        for bf16 scores); CUDA autocast runs it in fp32 (the AMP docs' float32 list)."""
+        if self.kernels.attention != "eager":
+            return super()._attention_core(q, k, v)
+        shape, tape = self.shape, self.tape
+        scores = tape.matmul(q, k, shape.batch * shape.heads * shape.seq * shape.kv_seq)
+        scaled = tape.scale(scores)
+        tape.release(scores)
+        keep_dtype = scaled.dtype if tape.device == "cpu" else None
+        probs = tape.unary_saving_result("softmax", scaled, dtype=keep_dtype)
+        tape.release(scaled)
+        dropped = tape.dropout(probs, self.arch.attention_dropout)
+        context = tape.matmul(dropped, v, q.numel)
+        tape.release(probs, dropped)
+        out = tape.copy(context)  # attn_output.transpose(1, 2).contiguous()
+        tape.release(context)
+        return out
+
     def _dropped(self, x: Sym, p: float) -> Sym:
         dropped = self.tape.dropout(x, p)
         if dropped is not x:
@@ -72,13 +93,16 @@ class EncoderLayerProgram(LayerProgram):
         h, batch, tokens = shape.hidden, shape.batch, shape.tokens
         task = arch.task
         if task == "sequence_classification":
-            return tape.cross_entropy(self._sequence_logits(x), batch)
+            logits = self._sequence_logits(x)
+            loss = self._cross_entropy(logits, batch)
+            tape.release(logits)
+            return loss
         if task == "token_classification":
             dropped = tape.dropout(x, self.family.head_dropout(arch, task))
             logits = self.head_linear(dropped, h, arch.num_labels)
             if dropped is not x:
                 tape.release(dropped)
-            loss = tape.cross_entropy(logits, tokens)
+            loss = self._cross_entropy(logits, tokens)
             tape.release(logits)
             return loss
         if task == "masked_lm":
@@ -124,7 +148,7 @@ class EncoderLayerProgram(LayerProgram):
         decoder = Sym(arch.vocab_size * h, self.kernels.weight_dtype, decoder_trains, "parameter")
         logits = tape.linear(normed, decoder, arch.vocab_size, self.head_parameter(arch.vocab_size))
         tape.release(normed)
-        loss = tape.cross_entropy(logits, tokens)
+        loss = self._cross_entropy(logits, tokens)
         tape.release(logits)
         return loss
 
@@ -150,8 +174,18 @@ class EncoderLayerProgram(LayerProgram):
         scores = tape.matmul(anchors, positives, pairs * pairs)
         scaled = tape.scale(scores)
         tape.release(scores)
-        loss = tape.cross_entropy(scaled, pairs)
+        loss = self._cross_entropy(scaled, pairs)
         tape.release(scaled, normalized, pooled)
+        return loss
+
+    def _cross_entropy(self, logits: Sym, rows: int) -> Sym:
+        """``F.cross_entropy`` inside the autocast region: log_softmax casts 16-bit logits to fp32 (a
+        per-call copy, freed once the log-softmax is computed)."""
+        tape = self.tape
+        logits32 = tape.autocast_input("log_softmax", logits)
+        loss = tape.cross_entropy(logits32, rows)
+        if logits32 is not logits:
+            tape.release(logits32)
         return loss
 
 

@@ -37,7 +37,7 @@ from .files import read_json_file
 from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
 from .limits import Bound
-from .tasks import Task, apply_task
+from .tasks import Task, apply_task, check_finetuning
 
 # --------------------------------------------------------------------------- strict, bounded fields
 
@@ -798,6 +798,7 @@ class Setup(StrictModel):
                         "finetuning.frozen",
                         f"finetuning.frozen {name!r} goes past the model's {architecture.num_hidden_layers} layers",
                     )
+            check_finetuning(architecture, self.finetuning.method)
             self._check_lora_targets(architecture)
             from .models import family_for
 

@@ -83,6 +83,18 @@ def apply_task(arch: Architecture, task: Task, field: str = "task.kind") -> Arch
     return arch.model_copy(update=update)
 
 
+def check_finetuning(arch: Architecture, method: str) -> None:
+    """LoRA on an encoder's head is not modelled yet: PEFT's ``SEQ_CLS``/``TOKEN_CLS`` task types keep a
+    trainable copy of the classifier (``modules_to_save``) next to the frozen original, which the plan
+    does not represent. Refused with a one-line error rather than a silently wrong number."""
+    if arch.bidirectional and method in ("lora", "qlora"):
+        raise FieldError(
+            "finetuning.method",
+            f"{method} on an encoder ({arch.model_type}, task {arch.task}) is not modelled yet; "
+            "use full fine-tuning, optionally with finetuning.frozen groups",
+        )
+
+
 def encoded_sequences(arch: Architecture, micro_batch_size: int) -> int:
     """Sequences one forward encodes: two per pair (anchor and positive) for the embedding task."""
     return 2 * micro_batch_size if arch.task == "embedding" else micro_batch_size

@@ -184,6 +184,14 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
     vocab_size = base_model(model).config.vocab_size
+    architecture = setup.architecture()
+    if architecture is not None and architecture.task != "causal_lm":  # an encoder's task (measure/tasks.py)
+        from .tasks import TaskBatch
+
+        task_batch = TaskBatch(architecture, setup.micro_batch_size, setup.sequence_length, vocab_size, device)
+        step = TrainingStep(setup, model, optimizer.optimizer, task_batch.input_ids)
+        step.task_batch = task_batch
+        return _Run(model, trainable, optimizer, step)
     batch = torch.randint(0, vocab_size, (setup.micro_batch_size, setup.sequence_length), device=device)
     return _Run(model, trainable, optimizer, TrainingStep(setup, model, optimizer.optimizer, batch))
 

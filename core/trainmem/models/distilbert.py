@@ -46,6 +46,7 @@ class DistilBert(EncoderFamily):
     attention_output_dropout = False
     sequence_head = "pre_classifier"
     has_pooler = False
+    base_model_pooler = False
 
     def head_dropout(self, arch: Architecture, task: str) -> float:
         """``seq_classif_dropout`` before the sequence classifier, ``dropout`` before the token classifier."""

@@ -86,7 +86,9 @@ class EncoderFamily(DecoderFamily):
     dropout, classifier), ``classification_head`` (RoBERTa: dropout, dense, tanh, dropout, out_proj),
     ``pre_classifier`` (DistilBERT: dense, ReLU, dropout, classifier)."""
     has_pooler: bool = True
-    """The base model builds a pooler for sequence classification (BERT's ``add_pooling_layer``)."""
+    """The sequence-classification model uses the base model's pooler (BERT's ``add_pooling_layer``)."""
+    base_model_pooler: bool = True
+    """``AutoModel`` builds a pooler unless told ``add_pooling_layer=False`` (BERT, RoBERTa)."""
 
     # ------------------------------------------------------------------ inventory
     def embedding(self, arch: Architecture) -> list[ParameterTensor]:
@@ -120,10 +122,11 @@ class EncoderFamily(DecoderFamily):
             return blocks.linear(names.classifier, "lm_head", h, labels, True)
         if task == "masked_lm":
             tensors = blocks.linear(names.mlm_transform, "lm_head", h, h, True) + blocks.norm(names.mlm_norm, arch, h)
-            if not arch.tie_word_embeddings:
+            if not arch.tie_word_embeddings:  # untied, the decoder keeps its own weight and bias (measured on meta)
                 tensors.append(
                     ParameterTensor(f"{names.mlm_decoder}.weight", "lm_head", (arch.vocab_size, h), (h, arch.vocab_size))
                 )
+                tensors.append(ParameterTensor(f"{names.mlm_decoder}.bias", "lm_head", (arch.vocab_size,)))
             tensors.append(ParameterTensor(names.mlm_bias, "lm_head", (arch.vocab_size,)))
             return tensors
         return []  # embedding: the bare encoder, mean-pooled
