@@ -95,6 +95,15 @@ def check_finetuning(arch: Architecture, method: str) -> None:
         )
 
 
+def task_description(arch: Architecture) -> str:
+    """How the report names the head, e.g. ``sequence_classification head (2 labels)``."""
+    if arch.task in ("sequence_classification", "token_classification"):
+        return f"{arch.task} head ({arch.num_labels} labels)"
+    if arch.task == "embedding":
+        return "embedding (contrastive, in-batch negatives: 2 sequences per pair)"
+    return f"{arch.task} head"
+
+
 def encoded_sequences(arch: Architecture, micro_batch_size: int) -> int:
     """Sequences one forward encodes: two per pair (anchor and positive) for the embedding task."""
     return 2 * micro_batch_size if arch.task == "embedding" else micro_batch_size
