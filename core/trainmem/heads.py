@@ -153,21 +153,27 @@ class EncoderLayerProgram(LayerProgram):
         return loss
 
     def _contrastive(self, x: Sym) -> Sym:
-        """Mean pooling as sentence-transformers' ``Pooling`` does it (the hidden states times the
-        attention mask expanded to their shape and cast to their dtype, summed over the sequence,
+        """Mean pooling as sentence-transformers 6.2's ``Pooling`` does it (the hidden states times the
+        attention mask cast to their dtype, broadcast over the hidden size, summed over the sequence,
         divided by the mask's sum), L2 normalisation, the b×b cosine similarities of anchors and
         positives times a scale, cross-entropy against the diagonal."""
         shape, tape = self.shape, self.tape
         h, sequences, tokens = shape.hidden, shape.batch, shape.tokens
         pairs = sequences // 2
-        mask = tape.new(tokens * h, x.dtype, False)  # attention_mask.unsqueeze(-1).expand(...).to(dtype)
-        masked = tape.mul(x, mask)
-        summed = tape.reduce(masked, sequences * h)
+        mask = tape.new(tokens, x.dtype, False)  # attention_mask.unsqueeze(-1).to(dtype): (2b, s, 1)
+        masked = tape.mul(x, mask)  # broadcast over the hidden size
+        accumulation = "fp32" if x.dtype in ("bf16", "fp16") else x.dtype
+        summed = tape.reduce(masked, sequences * h, dtype=accumulation)
         tape.release(masked)
-        counts = tape.new(sequences * h, x.dtype, False)  # input_mask_expanded.sum(1).clamp(min=1e-9)
-        pooled = tape.mul(summed, counts)  # sum_embeddings / sum_mask (DivBackward saves the divisor)
+        counts = tape.new(sequences, accumulation, False)  # mask.sum(1, dtype=...).clamp(min=1e-9)
+        divided = tape.mul(summed, counts)  # sum / count (DivBackward saves the divisor)
         tape.release(summed, counts, mask)
-        norms = tape.unary_saving_result("norm", tape.reduce(pooled, sequences))  # normalize: x / ‖x‖
+        pooled = tape.to(divided, x.dtype)  # .to(hidden.dtype)
+        if pooled is not divided:
+            tape.release(divided)
+        squares = tape.reduce(pooled, sequences)  # F.normalize: x / ‖x‖₂.clamp_min(eps)
+        norms = tape.unary_saving_result("norm", squares)
+        tape.release(squares)
         normalized = tape.mul(pooled, norms)
         tape.release(norms)
         anchors, positives = tape.split(normalized, [pairs * h, pairs * h])

@@ -25,6 +25,7 @@ from pydantic import (
     PositiveInt,
     Tag,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -762,6 +763,14 @@ class Setup(StrictModel):
         description="The head trained on top: causal_lm for decoders; sequence_classification, "
         "token_classification, masked_lm or embedding (contrastive, in-batch negatives) for encoders.",
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_default_task(self, handler: Any) -> Any:
+        """A setup that names no head serialises as before the ``task`` field existed (corpus lines, links)."""
+        data = handler(self)
+        if isinstance(data, dict) and self.task == Task():
+            data.pop("task", None)
+        return data
 
     @field_validator("model", mode="before")
     @classmethod

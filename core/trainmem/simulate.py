@@ -649,7 +649,10 @@ def _micro_batch(
         for trace, indices in pieces:
             if not indices:
                 continue
-            working = kind_traces.no_grad_layer.forward_peak_bytes if recompute else trace.forward_peak_bytes
+            working_trace = kind_traces.no_grad_layer if recompute else trace
+            working = working_trace.forward_peak_bytes
+            # The weight casts alive at the layer's forward peak are parameters, not activations.
+            working_casts = min(working, working_trace.forward_peak_weight_copy_bytes)
             saved, copies = kept_by(trace)
             delta = {
                 ("activations", saved_name): saved,
@@ -662,7 +665,14 @@ def _micro_batch(
             }
             labels = [f"layer {i} forward{suffix}" for i in indices]
             account.record_series(
-                labels, "forward", micro_batch, {("activations", "layer working memory"): working}, delta
+                labels,
+                "forward",
+                micro_batch,
+                {
+                    ("activations", "layer working memory"): working - working_casts,
+                    ("parameters", "autocast cache"): working_casts,
+                },
+                delta,
             )
             if indices[0] == stage.first_layer and embedding is not None and (recompute or trace.input_saved):
                 account.add("activations", "embedding output", -stream)  # now counted among the saved tensors
