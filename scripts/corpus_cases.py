@@ -346,6 +346,10 @@ CASES: list[dict[str, Any]] = [
 ]
 # fmt: on
 
+import sys as _sys  # noqa: E402
+from pathlib import Path as _Path  # noqa: E402
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))
 from encoder_corpus_cases import ENCODER_CASES  # noqa: E402  (the encoder families and their heads)
 
 CASES += ENCODER_CASES

@@ -84,7 +84,8 @@ class TrainingStep:
                 self._mark("forward", "forward embeddings")
                 with self._autocast_context():
                     if self.task_batch is not None:  # an encoder's task head and loss (measure/tasks.py)
-                        loss = self.task_batch.loss(self.forward_module, **self.forward_kwargs)
+                        mark = lambda: self._forward_mark_if_forward("loss", "loss")  # noqa: E731
+                        loss = self.task_batch.loss(self.forward_module, mark, **self.forward_kwargs)
                     else:
                         loss = self.forward_module(input_ids=self.batch, labels=self.batch, **self.forward_kwargs).loss
                 self.in_backward = True

@@ -67,10 +67,13 @@ class TaskBatch:
     def tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.input_ids, self.labels, self.attention_mask) if t is not None]
 
-    def loss(self, module: torch.nn.Module, **kwargs: Any) -> torch.Tensor:
+    def loss(self, module: torch.nn.Module, mark_loss: Optional[Any] = None, **kwargs: Any) -> torch.Tensor:
+        """The step's loss; ``mark_loss`` is called where the loss begins (after the bare encoder)."""
         if self.task != "embedding":
             return module(input_ids=self.input_ids, labels=self.labels, **kwargs).loss
         hidden = module(input_ids=self.input_ids, **kwargs).last_hidden_state
+        if mark_loss is not None:
+            mark_loss()
         return contrastive_loss(hidden, self.attention_mask, self.pairs)
 
 
