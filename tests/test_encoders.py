@@ -157,6 +157,12 @@ def errors_for(data: dict) -> dict[str, str]:
         ({"model": {"num_parameters": 1_000_000}, "task": {"kind": "masked_lm"}}, "task.kind", "architecture"),
         ({"model": "bert-base-uncased", "task": {"num_labels": 0}}, "task.num_labels", "greater than 0"),
         ({"model": "bert-base-uncased", "task": {"num_labels": "3"}}, "task.num_labels", "integer"),
+        (
+            {"model": {"architecture": {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                                        "num_attention_heads": 4, "intermediate_size": 128, "bidirectional": True}}},
+            "model.architecture.bidirectional",
+            "hf_config",
+        ),
     ],
 )
 def test_bad_head_names_the_field(data, field, mentions):

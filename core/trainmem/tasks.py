@@ -68,6 +68,17 @@ def apply_task(arch: Architecture, task: Task, field: str = "task.kind") -> Arch
 
     family = family_for(arch)
     tasks = getattr(family, "tasks", ("causal_lm",))
+    if arch.bidirectional and "causal_lm" in tasks:
+        raise FieldError(
+            "model.architecture.bidirectional",
+            "only the encoder families read from a config.json (bert, roberta, xlm-roberta, distilbert) are "
+            "bidirectional; give the encoder's hf_config",
+        )
+    if not arch.bidirectional and "causal_lm" not in tasks:
+        raise FieldError(
+            "model.architecture.model_type",
+            f"{arch.model_type} is an encoder, read from its config.json: give it as hf_config or a preset",
+        )
     kind = task.kind or tasks[0]
     if kind not in tasks:
         name = family.model_type or "custom"
