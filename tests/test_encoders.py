@@ -53,7 +53,8 @@ SMALL = {
 
 
 def count(model: dict, task: str, num_labels: int = 2) -> int:
-    return Plan(Setup(model=model, task={"kind": task, "num_labels": num_labels})).num_parameters
+    setup = Setup(model=model, task={"kind": task, "num_labels": num_labels}, sequence_length=128)
+    return Plan(setup).num_parameters
 
 
 def _transformers_count(config: dict, task: str, num_labels: int) -> int:
@@ -63,7 +64,8 @@ def _transformers_count(config: dict, task: str, num_labels: int) -> int:
 
     fields = dict(config)
     hf_config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields, num_labels=num_labels)
-    arch = Setup(model={"hf_config": config}, task={"kind": task, "num_labels": num_labels}).architecture()
+    task_setup = {"kind": task, "num_labels": num_labels}
+    arch = Setup(model={"hf_config": config}, task=task_setup, sequence_length=128).architecture()
     with torch.device("meta"):
         model = model_class(task).from_config(hf_config, **build_kwargs(arch))
     return sum(p.numel() for p in model.parameters())
@@ -102,7 +104,7 @@ def test_missing_fields_take_the_transformers_class_defaults(model_type):
 
 
 def test_encoders_default_to_sequence_classification_and_decoders_to_causal_lm():
-    assert Setup(model="bert-base-uncased").architecture().task == "sequence_classification"
+    assert Setup(model="bert-base-uncased", sequence_length=512).architecture().task == "sequence_classification"
     assert Setup(model="llama-2-7b").architecture().task == "causal_lm"
 
 
@@ -133,7 +135,8 @@ def test_masked_lm_logits_grow_with_the_vocabulary_and_classification_does_not()
 
 
 def test_contrastive_batch_encodes_two_sequences_per_pair():
-    one = Plan(Setup(model={"hf_config": SMALL["bert"]}, task={"kind": "embedding"}, micro_batch_size=4))
+    one = Plan(Setup(model={"hf_config": SMALL["bert"]}, task={"kind": "embedding"}, micro_batch_size=4,
+                     sequence_length=128))
     from trainmem.simulate import _shape
 
     assert _shape(one).batch == 8
@@ -157,6 +160,8 @@ def errors_for(data: dict) -> dict[str, str]:
         ({"model": {"num_parameters": 1_000_000}, "task": {"kind": "masked_lm"}}, "task.kind", "architecture"),
         ({"model": "bert-base-uncased", "task": {"num_labels": 0}}, "task.num_labels", "greater than 0"),
         ({"model": "bert-base-uncased", "task": {"num_labels": "3"}}, "task.num_labels", "integer"),
+        ({"model": "bert-base-uncased", "sequence_length": 513}, "sequence_length", "512 positions"),
+        ({"model": "roberta-base", "sequence_length": 513}, "sequence_length", "512 positions"),
         (
             {"model": {"architecture": {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                                         "num_attention_heads": 4, "intermediate_size": 128, "bidirectional": True}}},
@@ -198,7 +203,7 @@ def test_cli_bad_head_is_one_line_exit_2(arguments, field, capsys):
 
 def test_cli_task_flags(capsys):
     code = main(["estimate", "--preset", "bert-base-uncased", "--task", "token_classification", "--num-labels", "9",
-                 "--json"])
+                 "--seq-len", "512", "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["num_parameters"] == 108_891_648 + 768 * 9 + 9

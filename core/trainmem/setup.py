@@ -38,7 +38,7 @@ from .files import read_json_file
 from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
 from .limits import Bound
-from .tasks import Task, apply_task, check_finetuning
+from .tasks import Task, apply_task, check_finetuning, check_sequence_length
 
 # --------------------------------------------------------------------------- strict, bounded fields
 
@@ -808,6 +808,7 @@ class Setup(StrictModel):
                         f"finetuning.frozen {name!r} goes past the model's {architecture.num_hidden_layers} layers",
                     )
             check_finetuning(architecture, self.finetuning.method)
+            check_sequence_length(architecture, self.sequence_length)
             self._check_lora_targets(architecture)
             from .models import family_for
 

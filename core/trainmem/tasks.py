@@ -115,6 +115,21 @@ def task_description(arch: Architecture) -> str:
     return f"{arch.task} head"
 
 
+def check_sequence_length(arch: Architecture, sequence_length: int) -> None:
+    """An encoder's learned position table bounds the sequence: BERT slices ``position_ids[:, :s]`` from a
+    buffer of ``max_position_embeddings``; RoBERTa's positions start at ``padding_idx + 1`` (padding_idx 1
+    in the published RoBERTa and XLM-R checkpoints, assumed), so 2 of its rows are never a position."""
+    if not arch.bidirectional:
+        return
+    usable = arch.max_position_embeddings - (2 if arch.positions_from_input_ids else 0)
+    if sequence_length > usable:
+        raise FieldError(
+            "sequence_length",
+            f"sequence_length ({sequence_length}) exceeds the {usable} positions of this {arch.model_type} "
+            f"encoder (max_position_embeddings {arch.max_position_embeddings})",
+        )
+
+
 def encoded_sequences(arch: Architecture, micro_batch_size: int) -> int:
     """Sequences one forward encodes: two per pair (anchor and positive) for the embedding task."""
     return 2 * micro_batch_size if arch.task == "embedding" else micro_batch_size
