@@ -442,3 +442,6 @@ _sys.path.insert(0, str(_Path(__file__).resolve().parent))
 from post_training_cases import post_training_cases  # noqa: E402  (TRL post-training modes)
 
 CASES += post_training_cases(case, globals())
+from encoder_corpus_cases import ENCODER_CASES  # noqa: E402  (the encoder families and their heads)
+
+CASES += ENCODER_CASES

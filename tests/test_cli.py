@@ -147,8 +147,8 @@ def test_malformed_json_and_unsupported_config(tmp_path, capsys):
     bad.write_text("{not json")
     code, _, err = run(["estimate", str(bad)], capsys)
     assert code == 2 and "not valid JSON" in err
-    bert = tmp_path / "bert.json"
-    bert.write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
+    bert = tmp_path / "mamba.json"
+    bert.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768}))
     code, _, err = run(["estimate", "--hf-config", str(bert)], capsys)
     assert code == 2 and "model.hf_config" in err and "llama" in err
 

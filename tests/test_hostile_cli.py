@@ -84,7 +84,7 @@ FILES: dict[str, bytes] = {
     "config_list.json": b'[{"model_type": "llama"}]',
     "config_model_type_list.json": json.dumps({**LLAMA_CONFIG, "model_type": ["llama"]}).encode(),
     "config_n_embd_dict.json": json.dumps({"model_type": "gpt2", "n_embd": {"a": 1}}).encode(),
-    "config_bert.json": b'{"model_type": "bert"}',
+    "config_bert.json": b'{"model_type": "mamba"}',
     "config_deep.json": b'{"model_type": "llama", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
 }
 

@@ -24,7 +24,7 @@ def error_for(data: dict) -> list[tuple[str, str]]:
         ({"model": "gpt2", "gpu": "a200"}, "gpu", "h100-sxm-80gb"),
         ({"model": "gpt2", "attention": "flash3"}, "attention", "sdpa"),
         ({"model": "gpt2", "micro_bacth_size": 2}, "micro_bacth_size", "unknown field"),
-        ({"model": {"hf_config": {"model_type": "bert"}}}, "model.hf_config.model_type", "llama"),
+        ({"model": {"hf_config": {"model_type": "mamba"}}}, "model.hf_config.model_type", "llama"),
         ({"model": {}}, "model", "preset, hf_config"),
         ({"model": "gpt2", "parallelism": {"num_gpus": 8, "zero_stage": 4}}, "parallelism.zero_stage", "3"),
         (

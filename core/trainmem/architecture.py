@@ -17,6 +17,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import FrozenModel
 from .errors import FieldError
+from .tasks import TaskKind
 
 Probability = Field(default=0.0, ge=0.0, lt=1.0)
 
@@ -178,6 +179,24 @@ class Architecture(FrozenModel):
     attention_output_gate: bool = Field(
         default=False, description="Gated attention (Qwen3-Next): q_proj also yields a sigmoid gate on attention's output."
     )
+    # ---- encoders and their heads (models/encoder.py, heads.py, tasks.py)
+    bidirectional: bool = Field(
+        default=False,
+        description="An encoder (BERT family): attention over every position, no causal mask, LayerNorm after "
+        "each residual add (post-LN).",
+    )
+    type_vocab_size: NonNegativeInt = Field(
+        default=0, description="BERT's token_type_embeddings rows (segment ids); 0 for none."
+    )
+    embedding_norm: bool = Field(default=False, description="A LayerNorm over the summed embeddings (BERT).")
+    positions_from_input_ids: bool = Field(
+        default=False, description="RoBERTa computes position ids from the input ids (cumsum past padding_idx)."
+    )
+    classifier_dropout: float = Probability
+    task: TaskKind = Field(
+        default="causal_lm", description="The head trained on top (tasks.py); set from Setup.task."
+    )
+    num_labels: PositiveInt = Field(default=2, description="Classes of a classification head.")
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:

@@ -84,6 +84,11 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--preset", help="a model preset (trainmem presets)")
     model.add_argument("--hf-config", metavar="CONFIG_JSON", help="a Hugging Face config.json file")
     model.add_argument("--num-parameters", type=int, help="only a parameter count (model states only)")
+    model.add_argument(
+        "--task",
+        help="the head: causal_lm (decoders), sequence_classification, token_classification, masked_lm, embedding",
+    )
+    model.add_argument("--num-labels", type=int, help="classes of a classification head (default 2)")
     run = parser.add_argument_group("batch and precision")
     run.add_argument("--micro-batch-size", "--mbs", type=int, dest="micro_batch_size")
     run.add_argument("--seq-len", "--sequence-length", type=int, dest="sequence_length")
@@ -234,6 +239,9 @@ def flag_patch(args: argparse.Namespace) -> dict[str, Any]:
         patch["runtime"] = {"device": args.device}
     if args.cuda_alloc_conf is not None:
         patch.setdefault("runtime", {})["cuda_alloc_conf"] = args.cuda_alloc_conf
+    task = {k: v for k, v in (("kind", args.task), ("num_labels", args.num_labels)) if v is not None}
+    if task:
+        patch["task"] = task
     return patch
 
 

@@ -9,6 +9,7 @@ from .catalogs import GPU
 from .cuda.memory import rank_cuda, scaled_reserve
 from .cuda.outside import cublas_workspace
 from .fit import gpus_that_fit, resolve_gpu, verdict
+from .tasks import task_description
 from .plan import Plan
 from .parallel.host import host_memory
 from .report import (
@@ -223,6 +224,8 @@ def _resolved(plan: Plan) -> Resolved:
         model = f"{arch.model_type}, {format_count(plan.num_parameters)} parameters, {arch.num_hidden_layers} layers"
         if arch.is_moe:
             model += f", {arch.num_experts} experts (top-{arch.num_experts_per_tok})"
+        if arch.task != "causal_lm":
+            model += ", " + task_description(arch)
     else:
         model = f"{format_count(plan.num_parameters)} parameters (no architecture: activations not estimated)"
     return Resolved(

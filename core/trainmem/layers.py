@@ -754,6 +754,8 @@ class Trace:
     """(storage id, uid) of the piece's input tensor on its tape, () when it has none."""
     output_key: tuple = ()
     """(storage id, uid) of the output whose gradient starts the backward."""
+    forward_peak_weight_copy_bytes: int = 0
+    """Weight copies (autocast's casts) among the forward's peak: the parameters share of it."""
 
 
 def replay(
@@ -789,6 +791,7 @@ def replay(
         backward_events=backward.events,
         input_key=(input_tensor.storage, input_tensor.uid) if input_tensor is not None else (),
         output_key=(outputs[0].storage, outputs[0].uid) if outputs else (),
+        forward_peak_weight_copy_bytes=tape.peak_weight_copy_bytes,
     )
 
 

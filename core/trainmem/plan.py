@@ -223,7 +223,7 @@ class Plan:
             return False
         groups, _ = self._frozen_groups
         names = self.family.names
-        if module in (names.embed_tokens, names.embed_positions):
+        if module in (names.embed_tokens, names.embed_positions, getattr(names, "embed_token_types", None)):
             return "embeddings" not in groups
         if module == names.lm_head:
             return "lm_head" not in groups
@@ -231,7 +231,7 @@ class Plan:
                  names.post_feedforward_norm, names.q_norm, names.k_norm)
         if module in norms:
             return "norms" not in groups
-        attention_prefix = names.o_proj.rsplit(".", 1)[0]
+        attention_prefix = getattr(names, "attention_prefix", names.o_proj.rsplit(".", 1)[0])
         if module.startswith(attention_prefix + "."):
             return "attention" not in groups
         return "mlp" not in groups

@@ -25,6 +25,7 @@ from pydantic import (
     PositiveInt,
     Tag,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -38,6 +39,7 @@ from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
 from .limits import Bound
 from .training.config import Training
+from .tasks import Task, apply_task, check_finetuning, check_sequence_length
 
 # --------------------------------------------------------------------------- strict, bounded fields
 
@@ -815,6 +817,19 @@ class Setup(StrictModel):
         default_factory=Training,
         description="The trainer (TRL 1.16 vocabulary): sft (default), dpo, kto, orpo, cpo, simpo, reward, gkd, grpo.",
     )
+    task: Task = Field(
+        default_factory=Task,
+        description="The head trained on top: causal_lm for decoders; sequence_classification, "
+        "token_classification, masked_lm or embedding (contrastive, in-batch negatives) for encoders.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_default_task(self, handler: Any) -> Any:
+        """A setup that names no head serialises as before the ``task`` field existed (corpus lines, links)."""
+        data = handler(self)
+        if isinstance(data, dict) and self.task == Task():
+            data.pop("task", None)
+        return data
 
     @field_validator("model", mode="before")
     @classmethod
@@ -851,6 +866,8 @@ class Setup(StrictModel):
                         "finetuning.frozen",
                         f"finetuning.frozen {name!r} goes past the model's {architecture.num_hidden_layers} layers",
                     )
+            check_finetuning(architecture, self.finetuning.method)
+            check_sequence_length(architecture, self.sequence_length)
             self._check_lora_targets(architecture)
             from .models import family_for
 
@@ -911,9 +928,13 @@ class Setup(StrictModel):
         """The model's architecture, or None when only a parameter count was given."""
         model = self.model
         if isinstance(model, PresetModel):
-            return model.architecture()
-        if isinstance(model, HFConfigModel):
-            return model.architecture()
-        if isinstance(model, ArchitectureModel):
-            return model.architecture
-        return None
+            architecture = model.architecture()
+        elif isinstance(model, HFConfigModel):
+            architecture = model.architecture()
+        elif isinstance(model, ArchitectureModel):
+            architecture = model.architecture
+        else:
+            if self.task.kind not in (None, "causal_lm"):
+                raise FieldError("task.kind", f"a {self.task.kind} head needs an architecture: give a preset or hf_config")
+            return None
+        return apply_task(architecture, self.task)

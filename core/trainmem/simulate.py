@@ -29,6 +29,8 @@ from .allocator import rounded
 from .architecture import Architecture
 from .ends import trace_chunked_loss_head, trace_embedding, trace_final_norm, trace_loss_head
 from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
+from .heads import encoder_buffer_bytes, trace_encoder_embedding, trace_task_head
+from .tasks import encoded_sequences, label_bytes
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from . import packing
 from .plan import Plan, Stage
@@ -89,6 +91,7 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
     assert arch is not None
     tp, cp = parallel.tensor_parallel_size, parallel.context_parallel_size
     rows, row_tokens = packing.row_shape(setup)
+    rows = encoded_sequences(arch, rows)
     seq = row_tokens // cp
     tokens = rows * seq
     kv_heads = max(1, arch.kv_heads // tp)
@@ -206,14 +209,20 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
         embedding = _cached(
             ("embedding", key, tied, embedding_rows),
-            lambda: trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
+            lambda: trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+            if arch.bidirectional
+            else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
     head = None
     if stage.has_head:
         vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
         gathered_vocab = dtensor_tp.gathered_logits_vocabulary(plan, arch.vocab_size)
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
-        if plan.setup.training.mode == "gkd":
+        if arch.task != "causal_lm":  # an encoder's task head (heads.py)
+            head = _cached(
+                ("task_head", key), lambda: trace_task_head(arch, head_shape, kernels, trainability, grads_exist)
+            )
+        elif plan.setup.training.mode == "gkd":
             head = _cached(
                 ("gkd_head", key, vocab), lambda: trace_gkd_head(arch, shape, kernels, trainability, vocab, grads_exist)
             )
@@ -512,7 +521,12 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     parallel = plan.parallel
     account.set("parameters", "weights", states.weights, states.weights_detail)
     account.set("parameters", "LoRA adapters", states.adapters, "fp32 adapters (PEFT upcasts them)")
-    account.set("parameters", "buffers", _buffer_bytes(plan), "RoPE inv_freq and original_inv_freq")
+    buffers_detail = (
+        "position_ids and token_type_ids (int64)"
+        if plan.architecture is not None and plan.architecture.bidirectional
+        else "RoPE inv_freq and original_inv_freq"
+    )
+    account.set("parameters", "buffers", _buffer_bytes(plan), buffers_detail)
     account.set("optimizer_states", "master weights", states.master_weights, "fp32 copy of the trainable weights")
     account.set("optimizer_states", "optimizer states", states.optimizer_states, states.optimizer_detail)
     resident = _resident_gradient_buffer(plan)
@@ -540,11 +554,26 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     account.set(
         "activations",
         "input batch",
-        rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device)
-        + rounded(packing.position_ids_bytes(setup), plan.device),
-        "token ids (int64), also used as labels" + (", and the packed row's position_ids" if setup.batch == "packed" else ""),
+        _input_batch_bytes(plan) + rounded(packing.position_ids_bytes(setup), plan.device),
+        ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm" else "token ids and labels (int64)")
+        + (", and the packed row's position_ids" if setup.batch == "packed" else ""),
     )
     account.record("step start", "start", 1)
+
+
+def arch_task(plan: Plan) -> str:
+    return plan.architecture.task if plan.architecture is not None else "causal_lm"
+
+
+def _input_batch_bytes(plan: Plan) -> int:
+    """The batch made before the step: int64 token ids (the labels of a causal LM), and the labels
+    of an encoder's task (``tasks.label_bytes``), each its own tensor."""
+    setup, arch = plan.setup, plan.architecture
+    if arch is None or arch.task == "causal_lm":
+        return rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device)
+    ids = encoded_sequences(arch, setup.micro_batch_size) * setup.sequence_length * 8
+    labels = label_bytes(arch, setup.micro_batch_size, setup.sequence_length)
+    return rounded(ids, plan.device) + (rounded(labels, plan.device) if labels else 0)
 
 
 def _buffer_bytes(plan: Plan) -> int:
@@ -558,7 +587,7 @@ def _buffer_bytes(plan: Plan) -> int:
     total = rounded(element, plan.device) if arch.embedding_scale_buffer else 0
     if arch.position_embedding == "rope":
         total += arch.rope_sets * 2 * rounded((arch.rotary_dim // 2) * element, plan.device)
-    return total
+    return total + encoder_buffer_bytes(arch, plan.device)
 
 
 def _persistent_small_params(plan: Plan) -> int:
@@ -731,7 +760,10 @@ def _micro_batch(
         for trace, indices in pieces:
             if not indices:
                 continue
-            working = kind_traces.no_grad_layer.forward_peak_bytes if recompute else trace.forward_peak_bytes
+            working_trace = kind_traces.no_grad_layer if recompute else trace
+            working = working_trace.forward_peak_bytes
+            # The weight casts alive at the layer's forward peak are parameters, not activations.
+            working_casts = min(working, working_trace.forward_peak_weight_copy_bytes)
             saved, copies = kept_by(trace)
             delta = {
                 ("activations", saved_name): saved,
@@ -744,7 +776,14 @@ def _micro_batch(
             }
             labels = [f"layer {i} forward{suffix}" for i in indices]
             account.record_series(
-                labels, "forward", micro_batch, {("activations", "layer working memory"): working}, delta
+                labels,
+                "forward",
+                micro_batch,
+                {
+                    ("activations", "layer working memory"): working - working_casts,
+                    ("parameters", "autocast cache"): working_casts,
+                },
+                delta,
             )
             if indices[0] == stage.first_layer and embedding is not None and (recompute or trace.input_saved):
                 account.add("activations", "embedding output", -stream)  # now counted among the saved tensors

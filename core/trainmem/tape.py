@@ -125,6 +125,8 @@ class Tape:
     """Non-parameter storages alive right now (saved or still referenced by the forward code)."""
     saved_storages: dict[int, Sym] = field(default_factory=dict)
     peak_live_bytes: int = 0
+    peak_weight_copy_bytes: int = 0
+    """Weight copies (autocast casts, dequantised weights) among ``peak_live_bytes`` at that moment."""
     _live_bytes: int = 0
     _weight_cache: dict[int, Sym] = field(default_factory=dict)
     events: list[tuple[str, int, int]] = field(default_factory=list)
@@ -157,6 +159,7 @@ class Tape:
             self.events.append(("alloc", tensor.storage, tensor.storage_nbytes))
             if self._live_bytes > self.peak_live_bytes:
                 self.peak_live_bytes = self._live_bytes
+                self.peak_weight_copy_bytes = sum(t.storage_nbytes for t in self.live.values() if t.tag == "weight_copy")
 
     def live_bytes(self) -> int:
         return self._live_bytes

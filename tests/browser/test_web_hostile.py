@@ -103,7 +103,7 @@ HOSTILE_CONFIGS = [
     ({"model_type": "llama", "num_hidden_layers": 10**9}, "at most 1,024"),  # the config reader bounds the layers
     ({"model_type": "llama", "attention_dropout": [0.0]}, ""),
     ({"model_type": "llama", "_name_or_path": "\ud800"}, "surrogate"),  # a lone surrogate escape
-    ({"model_type": "bert"}, "not supported"),
+    ({"model_type": "mamba"}, "not supported"),
 ]
 
 

@@ -4,7 +4,7 @@
 
 /** Groups of the form, in order; `fields` are dotted paths (a path names its whole subtree). */
 export const GROUPS = [
-  { id: "model", title: "Model", fields: ["model"] },
+  { id: "model", title: "Model", fields: ["model", "task"] },
   {
     id: "batch",
     title: "Batch and sequence",
@@ -32,6 +32,11 @@ export const GROUPS = [
  */
 export const FIELDS = {
   model: { label: "Model", advanced: false, widget: "model" },
+  "task.kind": { label: "Head (task)", advanced: false },
+  "task.num_labels": {
+    label: "Labels",
+    showIf: (s) => !["causal_lm", "masked_lm", "embedding"].includes(s.task?.kind),
+  },
   micro_batch_size: { label: "Micro-batch size", advanced: false, suffix: "sequences / GPU" },
   sequence_length: { label: "Sequence length", advanced: false, suffix: "tokens" },
   gradient_accumulation_steps: { label: "Gradient accumulation steps", advanced: false },

@@ -126,11 +126,18 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
     implementation = ATTENTION_IMPLEMENTATION.get(setup.attention)
     if implementation is None:
         raise ValueError(f"attention {setup.attention!r} cannot be measured here; use eager, sdpa or sdpa-math")
+    architecture = setup.architecture()
+    model_class, extra = AutoModelForCausalLM, {}
+    if architecture is not None and architecture.task != "causal_lm":  # an encoder's task head (measure/tasks.py)
+        from . import tasks
+
+        model_class, extra = tasks.model_class(architecture.task), tasks.build_kwargs(architecture)
+        config.num_labels = architecture.num_labels
     if on_meta:
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation, dtype=torch.float32)
+            model = model_class.from_config(config, attn_implementation=implementation, dtype=torch.float32, **extra)
     else:
-        model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation, dtype=torch.float32)
+        model = model_class.from_config(config, attn_implementation=implementation, dtype=torch.float32, **extra)
     if setup.precision == "bf16-pure":
         model = model.to(torch.bfloat16)
     if setup.finetuning.method == "lora":

@@ -196,6 +196,14 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
 
         step = prepare(setup, fake, device, model, optimizer.optimizer, vocab_size)
         return _Run(model, trainable, optimizer, step)
+    architecture = setup.architecture()
+    if architecture is not None and architecture.task != "causal_lm":  # an encoder's task (measure/tasks.py)
+        from .tasks import TaskBatch
+
+        task_batch = TaskBatch(architecture, setup.micro_batch_size, setup.sequence_length, vocab_size, device)
+        step = TrainingStep(setup, model, optimizer.optimizer, task_batch.input_ids)
+        step.task_batch = task_batch
+        return _Run(model, trainable, optimizer, step)
     rows, row_tokens = row_shape(setup)
     batch = torch.randint(0, vocab_size, (rows, row_tokens), device=device)
     step = TrainingStep(setup, model, optimizer.optimizer, batch)

@@ -68,6 +68,8 @@ class TrainingStep:
         self.snapshot_hook: Optional[Callable[[], None]] = None
         """Called at every snapshot (after each backward, after the optimizer step) of a tracked step."""
         self.phase_max_reserved: dict[str, int] = {}
+        self.task_batch: Any = None
+        """An encoder task's batch and loss (measure/tasks.py ``TaskBatch``); None for a causal LM."""
         self._install_markers()
 
     # ------------------------------------------------------------------ the loop
@@ -81,7 +83,11 @@ class TrainingStep:
                 self.in_backward = False
                 self._mark("forward", "forward embeddings")
                 with self._autocast_context():
-                    loss = self.forward_module(input_ids=self.batch, labels=self.batch, **self.forward_kwargs).loss
+                    if self.task_batch is not None:  # an encoder's task head and loss (measure/tasks.py)
+                        mark = lambda: self._forward_mark_if_forward("loss", "loss")  # noqa: E731
+                        loss = self.task_batch.loss(self.forward_module, mark, **self.forward_kwargs)
+                    else:
+                        loss = self.forward_module(input_ids=self.batch, labels=self.batch, **self.forward_kwargs).loss
                 self.in_backward = True
                 self._mark("backward", "backward head")
                 self.backward(loss, accumulation)
@@ -141,6 +147,9 @@ class TrainingStep:
         for value in self.forward_kwargs.values():  # a packed row's position_ids
             if isinstance(value, torch.Tensor):
                 tracker.register(value, ROLE_INPUT, op="(input batch)")
+        if self.task_batch is not None:
+            for tensor in self.task_batch.tensors()[1:]:
+                tracker.register(tensor, ROLE_INPUT, op="(input batch)")
 
     def _snapshot_gradients(self) -> None:
         if self.tracker is None:
@@ -200,6 +209,12 @@ class TrainingStep:
             layer.register_forward_hook(self._backward_marker_on_output(f"backward layers.{position}"))
         layers[0].register_forward_pre_hook(self._backward_marker_on_input("backward embeddings"), with_kwargs=True)
         head = base_model(self.model).get_output_embeddings()
+        if head is None:  # a classification head or the bare encoder (measure/tasks.py)
+            from .tasks import head_module
+
+            head = head_module(base_model(self.model))
+            if head is None:
+                return
         head.register_forward_pre_hook(self._forward_marker("forward head"))
         head.register_forward_hook(lambda module, args, output: self._forward_mark_if_forward("loss", "loss"))
 

@@ -21,7 +21,9 @@ from ..architecture import Architecture
 from ..errors import FieldError
 from .cohere import Cohere
 from .falcon import Falcon
+from .bert import Bert
 from .deepseek import DeepseekV2, DeepseekV3
+from .distilbert import DistilBert
 from .family import DecoderFamily
 from .fields import ConfigFields, describe
 from .gemma import Gemma2, Gemma3Text
@@ -37,6 +39,7 @@ from .phi3 import Phi3
 from .qwen2 import Qwen2, Qwen2Moe
 from .qwen3 import Qwen3, Qwen3Moe
 from .qwen3_next import Qwen3Next
+from .roberta import Roberta, XLMRoberta
 from .starcoder2 import Starcoder2
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
@@ -62,6 +65,10 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Qwen3Next,
     Cohere,
     Falcon,
+    Bert,
+    Roberta,
+    XLMRoberta,
+    DistilBert,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}

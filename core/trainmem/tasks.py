@@ -1,0 +1,145 @@
+"""The head a model trains with: ``Setup.task``.
+
+A decoder trains its language-model head (``causal_lm``, the default for decoder families). An
+encoder (BERT family, ``models/encoder.py``) trains one of the heads transformers builds on it
+(transformers 5.24 ``<Family>For<Task>`` classes), or is trained as an embedding model:
+
+* ``sequence_classification``: one label per sequence. BERT: pooler (``dense`` + tanh on the
+  first token), dropout, ``classifier`` (``BertForSequenceClassification``); RoBERTa: dropout,
+  ``dense``, tanh, dropout, ``out_proj`` on the first token (``RobertaClassificationHead``);
+  DistilBERT: ``pre_classifier``, ReLU, dropout, ``classifier``. Cross-entropy over
+  ``num_labels`` logits per sequence.
+* ``token_classification``: dropout and a ``classifier`` on every token (NER): ``b·s·num_labels``
+  logits.
+* ``masked_lm``: the MLM head (``dense``, GELU, LayerNorm, a decoder tied to the word embeddings
+  with its own bias) on every token: ``b·s·vocab`` logits, cross-entropy over all of them (labels
+  of unmasked positions are -100, which the loss skips but the logits still exist).
+* ``embedding``: the bare encoder (``AutoModel`` without the pooler) trained contrastively with
+  in-batch negatives, as sentence-transformers' ``MultipleNegativesRankingLoss`` does: each of the
+  ``micro_batch_size`` pairs (anchor, positive) is encoded (2·b sequences through the encoder),
+  mean-pooled, L2-normalised, and the b×b matrix of scaled cosine similarities is the logits of a
+  cross-entropy whose labels are the diagonal. The similarity matrix grows with the square of the
+  batch; the encoder's activations grow with 2·b.
+
+Which heads a family has is the family's ``tasks``; asking for another is a one-line error naming
+``task.kind``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import ConfigDict, Field, PositiveInt
+
+from ._base import FrozenModel
+from .errors import FieldError
+
+if TYPE_CHECKING:
+    from .architecture import Architecture
+
+TaskKind = Literal["causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding"]
+TASK_KINDS: tuple[str, ...] = ("causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding")
+MAX_LABELS = 1_000_000
+
+
+class Task(FrozenModel):
+    """What is trained on top of the model."""
+
+    model_config = ConfigDict(strict=True)
+
+    kind: Optional[TaskKind] = Field(
+        default=None,
+        description="causal_lm (decoders), sequence_classification, token_classification, masked_lm or embedding "
+        "(encoders: contrastive, in-batch negatives). Default: the family's usual head (causal_lm for decoders, "
+        "sequence_classification for encoders).",
+    )
+    num_labels: PositiveInt = Field(
+        default=2, le=MAX_LABELS, description=f"Classes of a classification head (config.json num_labels); at most {MAX_LABELS:,}."
+    )
+
+
+def apply_task(arch: Architecture, task: Task, field: str = "task.kind") -> Architecture:
+    """``arch`` with its head set to ``task`` (the family's default kind when none is given).
+
+    Raises a FieldError naming ``task.kind`` when the family has no such head. A masked-LM head
+    is the only one that uses a tied output embedding: for the other heads the word embeddings
+    are no output layer (``tie_word_embeddings`` is dropped)."""
+    from .models import family_for
+
+    family = family_for(arch)
+    tasks = getattr(family, "tasks", ("causal_lm",))
+    if arch.bidirectional and "causal_lm" in tasks:
+        raise FieldError(
+            "model.architecture.bidirectional",
+            "only the encoder families read from a config.json (bert, roberta, xlm-roberta, distilbert) are "
+            "bidirectional; give the encoder's hf_config",
+        )
+    if not arch.bidirectional and "causal_lm" not in tasks:
+        raise FieldError(
+            "model.architecture.model_type",
+            f"{arch.model_type} is an encoder, read from its config.json: give it as hf_config or a preset",
+        )
+    kind = task.kind or tasks[0]
+    if kind not in tasks:
+        name = family.model_type or "custom"
+        raise FieldError(
+            field,
+            f"the {name} family has no {kind} head; allowed: {', '.join(tasks)}",
+        )
+    if kind == arch.task and task.num_labels == arch.num_labels:
+        return arch
+    update: dict[str, object] = {"task": kind, "num_labels": task.num_labels}
+    if arch.bidirectional:
+        update["tie_word_embeddings"] = arch.tie_word_embeddings and kind == "masked_lm"
+    return arch.model_copy(update=update)
+
+
+def check_finetuning(arch: Architecture, method: str) -> None:
+    """LoRA on an encoder's head is not modelled yet: PEFT's ``SEQ_CLS``/``TOKEN_CLS`` task types keep a
+    trainable copy of the classifier (``modules_to_save``) next to the frozen original, which the plan
+    does not represent. Refused with a one-line error rather than a silently wrong number."""
+    if arch.bidirectional and method in ("lora", "qlora"):
+        raise FieldError(
+            "finetuning.method",
+            f"{method} on an encoder ({arch.model_type}, task {arch.task}) is not modelled yet; "
+            "use full fine-tuning, optionally with finetuning.frozen groups",
+        )
+
+
+def task_description(arch: Architecture) -> str:
+    """How the report names the head, e.g. ``sequence_classification head (2 labels)``."""
+    if arch.task in ("sequence_classification", "token_classification"):
+        return f"{arch.task} head ({arch.num_labels} labels)"
+    if arch.task == "embedding":
+        return "embedding (contrastive, in-batch negatives: 2 sequences per pair)"
+    return f"{arch.task} head"
+
+
+def check_sequence_length(arch: Architecture, sequence_length: int) -> None:
+    """An encoder's learned position table bounds the sequence: BERT slices ``position_ids[:, :s]`` from a
+    buffer of ``max_position_embeddings``; RoBERTa's positions start at ``padding_idx + 1`` (padding_idx 1
+    in the published RoBERTa and XLM-R checkpoints, assumed), so 2 of its rows are never a position."""
+    if not arch.bidirectional:
+        return
+    usable = arch.max_position_embeddings - (2 if arch.positions_from_input_ids else 0)
+    if sequence_length > usable:
+        raise FieldError(
+            "sequence_length",
+            f"sequence_length ({sequence_length}) exceeds the {usable} positions of this {arch.model_type} "
+            f"encoder (max_position_embeddings {arch.max_position_embeddings})",
+        )
+
+
+def encoded_sequences(arch: Architecture, micro_batch_size: int) -> int:
+    """Sequences one forward encodes: two per pair (anchor and positive) for the embedding task."""
+    return 2 * micro_batch_size if arch.task == "embedding" else micro_batch_size
+
+
+def label_bytes(arch: Architecture, micro_batch_size: int, sequence_length: int) -> int:
+    """The int64 labels of the batch besides the input ids (a causal LM's labels are its input ids;
+    the embedding task builds its diagonal labels inside the loss)."""
+    if arch.task == "sequence_classification":
+        return micro_batch_size * 8
+    if arch.task in ("token_classification", "masked_lm"):
+        return micro_batch_size * sequence_length * 8
+    return 0

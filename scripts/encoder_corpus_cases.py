@@ -1,0 +1,91 @@
+"""Measured corpus cases of the encoder families and their task heads (``trainmem.tasks``).
+
+Small BERT, RoBERTa and DistilBERT configs run for real on the CPU (fp32 and AMP bf16; eager,
+SDPA's math path, which dropout selects on a CPU, and fused SDPA without dropout; full
+checkpointing); the published bert-large-uncased and roberta-large run on fake tensors. Each case
+names its head: sequence classification, token classification, masked LM, or contrastive embedding
+training with in-batch negatives. Appended to ``CASES`` by scripts/corpus_cases.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ENCODER_COMMON = {"vocab_size": 8000, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                  "intermediate_size": 512, "max_position_embeddings": 514}
+BERT_SMALL = {"model_type": "bert", **ENCODER_COMMON, "type_vocab_size": 2}
+BERT_SMALL_NO_DROPOUT = {**BERT_SMALL, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+ROBERTA_SMALL = {"model_type": "roberta", **ENCODER_COMMON, "type_vocab_size": 1, "pad_token_id": 1}
+DISTILBERT_SMALL = {"model_type": "distilbert", "vocab_size": 8000, "dim": 128, "n_layers": 2, "n_heads": 4,
+                    "hidden_dim": 512, "max_position_embeddings": 512}
+
+
+def encoder_case(
+    case_id: str,
+    model: Any,
+    task: str,
+    *,
+    batch: int,
+    seq: int,
+    precision: str = "fp32",
+    attention: str = "sdpa",
+    checkpointing: str = "none",
+    num_labels: int = 3,
+    fake: bool = False,
+    description: str = "",
+) -> dict[str, Any]:
+    model_spec = {"preset": model} if isinstance(model, str) else {"hf_config": dict(model)}
+    setup = {
+        "model": model_spec,
+        "task": {"kind": task, "num_labels": num_labels},
+        "micro_batch_size": batch,
+        "sequence_length": seq,
+        "precision": precision,
+        "optimizer": {"name": "adamw"},
+        "activation_checkpointing": checkpointing,
+        "attention": attention,
+        "runtime": {"device": "cpu"},
+    }
+    return {"id": case_id, "description": description, "fake": fake, "setup": setup}
+
+
+# fmt: off
+ENCODER_CASES: list[dict[str, Any]] = [
+    encoder_case("bert-small-fp32-seqcls-sdpa-b8-s256", BERT_SMALL, "sequence_classification", batch=8, seq=256,
+                 description="BertForSequenceClassification: pooler on [CLS], dropout 0.1 (SDPA's math path on a CPU)."),
+    encoder_case("bert-small-fp32-seqcls-eager-ckpt-b8-s256", BERT_SMALL, "sequence_classification", batch=8, seq=256,
+                 attention="eager", checkpointing="full"),
+    encoder_case("bert-small-nodropout-fp32-seqcls-fused-b8-s256", BERT_SMALL_NO_DROPOUT, "sequence_classification",
+                 batch=8, seq=256, description="No dropout: the fused (flash) SDPA kernel, bidirectional."),
+    encoder_case("bert-small-ampbf16-seqcls-eager-b8-s256", BERT_SMALL, "sequence_classification", batch=8, seq=256,
+                 precision="amp-bf16", attention="eager",
+                 description="CPU autocast keeps the eager softmax in bf16."),
+    encoder_case("bert-small-fp32-tokcls-eager-b4-s256", BERT_SMALL, "token_classification", batch=4, seq=256,
+                 attention="eager", num_labels=9, description="BertForTokenClassification (NER, 9 labels)."),
+    encoder_case("bert-small-fp32-mlm-sdpa-b4-s256", BERT_SMALL, "masked_lm", batch=4, seq=256,
+                 description="BertForMaskedLM: logits over the vocabulary at every position, tied decoder."),
+    encoder_case("bert-small-ampbf16-mlm-sdpa-b8-s256", BERT_SMALL, "masked_lm", batch=8, seq=256,
+                 precision="amp-bf16"),
+    encoder_case("bert-small-fp32-embedding-sdpa-b8-s256", BERT_SMALL, "embedding", batch=8, seq=256,
+                 description="Contrastive (MultipleNegativesRankingLoss): 8 pairs, 16 sequences, mean pooling."),
+    encoder_case("bert-small-nodropout-ampbf16-embedding-fused-b8-s128", BERT_SMALL_NO_DROPOUT, "embedding",
+                 batch=8, seq=128, precision="amp-bf16"),
+    encoder_case("roberta-small-fp32-seqcls-sdpa-b8-s256", ROBERTA_SMALL, "sequence_classification", batch=8, seq=256,
+                 description="RobertaClassificationHead; position ids computed from the input ids."),
+    encoder_case("roberta-small-fp32-mlm-eager-b4-s256", ROBERTA_SMALL, "masked_lm", batch=4, seq=256,
+                 attention="eager"),
+    encoder_case("distilbert-small-fp32-seqcls-sdpa-b8-s256", DISTILBERT_SMALL, "sequence_classification", batch=8,
+                 seq=256, description="pre_classifier, ReLU, dropout 0.2; no dropout on the attention output."),
+    encoder_case("distilbert-small-ampbf16-tokcls-eager-b8-s256", DISTILBERT_SMALL, "token_classification", batch=8,
+                 seq=256, precision="amp-bf16", attention="eager"),
+    # ---------------------------------------------------------------- published models (fake tensors)
+    encoder_case("bert-large-fp32-seqcls-b4-s512-fake", "bert-large-uncased", "sequence_classification", batch=4,
+                 seq=512, num_labels=2, fake=True,
+                 description="The transformers docs' 'Model training anatomy' run (fp32 AdamW, 4 x 512), on a CPU."),
+    encoder_case("roberta-large-ampbf16-mlm-b8-s512-fake", "roberta-large", "masked_lm", batch=8, seq=512,
+                 precision="amp-bf16", fake=True),
+    encoder_case("xlmr-large-fp32-embedding-ckpt-b8-s256-fake", "xlm-roberta-large", "embedding", batch=8,
+                 seq=256, checkpointing="full", fake=True,
+                 description="A 250k-vocabulary encoder trained as an embedding model with checkpointing."),
+]
+# fmt: on
