@@ -37,6 +37,7 @@ from .files import read_json_file
 from .cuda.settings import AllocConf, CublasWorkspaceConfig, CudaVersion
 from .hf_config import architecture_from_hf_config
 from .limits import Bound
+from .vision.inputs import ImageInputs
 
 # --------------------------------------------------------------------------- strict, bounded fields
 
@@ -197,7 +198,11 @@ def _read_architecture(config: Any) -> Architecture:
     """The config readers' Architecture; a reader that trips over a wrong-typed field (a list where
     a string goes) is reported as a ValueError too, never as a TypeError with a traceback."""
     try:
-        return architecture_from_hf_config(config)
+        architecture = architecture_from_hf_config(config)
+        from .vision.readers import read_vision_stack
+
+        read_vision_stack(config)  # a VLM's vision_config is read (and its errors named) with the model
+        return architecture
     except ValueError:
         raise
     except (TypeError, KeyError, AttributeError, IndexError, OverflowError, ArithmeticError) as error:
@@ -511,6 +516,16 @@ class Finetuning(StrictModel):
         description="For full fine-tuning: groups to freeze (embeddings, attention, mlp, norms, lm_head) "
         "and/or layer ranges such as 'layers:0-15'.",
     )
+    vision_tower: Optional[Literal["frozen", "trained"]] = Field(
+        default=None,
+        description="Vision-language models: whether the vision tower trains (default: trained under full "
+        "fine-tuning, frozen under LoRA/QLoRA).",
+    )
+    projector: Optional[Literal["frozen", "trained"]] = Field(
+        default=None,
+        description="Vision-language models: whether the projector/merger trains (default: as the vision tower "
+        "under full fine-tuning, frozen under LoRA/QLoRA; 'trained' is PEFT's modules_to_save).",
+    )
 
     @field_validator("frozen")
     @classmethod
@@ -756,6 +771,11 @@ class Setup(StrictModel):
         default=0.10, ge=0.0, lt=0.5, description="Memory to keep free for spikes and fragmentation (10–15% is usual)."
     )
     runtime: Runtime = Field(default_factory=Runtime)
+    images: Optional[ImageInputs] = Field(
+        default=None,
+        description="Vision-language models: images (and Qwen-VL videos) per sample and their size in pixels; "
+        "their tokens are added to sequence_length (the text tokens).",
+    )
 
     @field_validator("model", mode="before")
     @classmethod
@@ -803,6 +823,9 @@ class Setup(StrictModel):
                 "finetuning",
                 "LoRA, QLoRA and frozen groups need an architecture: give a preset, hf_config or architecture",
             )
+        from .vision.checks import check_vision_setup
+
+        check_vision_setup(self)
         if self.pipeline_and_accumulation_mismatch():
             raise FieldError(
                 "gradient_accumulation_steps",
@@ -828,6 +851,17 @@ class Setup(StrictModel):
 
     def pipeline_and_accumulation_mismatch(self) -> bool:
         return 1 < self.parallelism.pipeline_parallel_size > self.gradient_accumulation_steps
+
+    def vision_stack(self):
+        """The vision tower and projector of a vision-language model's config (None for a text model)."""
+        from .vision.readers import read_vision_stack
+
+        model = self.model
+        if isinstance(model, PresetModel):
+            return read_vision_stack(presets()[model.preset].config, "model")
+        if isinstance(model, HFConfigModel):
+            return read_vision_stack(model.hf_config, "model.hf_config")
+        return None
 
     def architecture(self) -> Optional[Architecture]:
         """The model's architecture, or None when only a parameter count was given."""
