@@ -34,6 +34,8 @@ from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
 from .timeline import MemoryAccount
+from .vision import step as vision_step
+from .vision.training import VISION_GROUPS
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
 """DeepSpeed stage3_prefetch_bucket_size default (5e7 elements)."""
@@ -285,7 +287,9 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         gathered += sum(per_layer * DTYPE_BYTES[plan.adapter_dtype] for _, per_layer, _, k in adapters if k == kind)
         gathered_per_layer[kind] = gathered
     embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
-    head_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group != "embeddings")
+    head_numel = sum(
+        s.total_numel for s in trainable if not s.layer_scope and s.tensor.group not in ("embeddings", *VISION_GROUPS)
+    )
     tensors = [TrainableTensor(_rank_shape(s), s.count) for s in trainable]
     tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_, _ in adapters]
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
@@ -442,6 +446,7 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
         rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device),
         "token ids (int64), also used as labels",
     )
+    account.set("activations", "pixel values", vision_step.pixel_values_bytes(plan), "the processor's fp32 pixel_values")
     account.record("step start", "start", 1)
 
 
@@ -594,6 +599,7 @@ def _micro_batch(
         account.record(
             "embedding" + suffix, "forward", micro_batch, {("parameters", "gathered weights"): ends_gathered}
         )
+        vision_step.forward(plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist, stream)
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
@@ -744,6 +750,10 @@ def _micro_batch(
         account.set("parameters", "gathered weights", 0)
 
     if embedding is not None:
+        vision_step.backward(
+            plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist,
+            lambda produced: _stored(plan, produced // plan.sharding.gradients, produced),
+        )
         moment = _backward_moment(
             embedding, embedding.saved_activation_bytes, 0, stream, grads_exist, False, saved_name, copies_name
         )

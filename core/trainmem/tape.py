@@ -369,7 +369,8 @@ class Tape:
     def layer_norm(self, x: Sym, rows: int, weight: Sym, bias: Optional[Sym]) -> Sym:
         """``F.layer_norm``: saves the input and the fp32 mean and rstd of each row."""
         x_in = self.autocast_input("layer_norm", x)
-        out = self.new(x.numel, x_in.dtype, True)
+        requires_grad = x.requires_grad or weight.requires_grad or bool(bias is not None and bias.requires_grad)
+        out = self.new(x.numel, x_in.dtype, requires_grad)  # a frozen norm over a no-grad input builds no graph
         stats_dtype = "fp32" if self.device == "cuda" else x_in.dtype  # the CPU kernel keeps the input's dtype
         mean = Sym(rows, stats_dtype, False)
         rstd = Sym(rows, stats_dtype, False)
