@@ -34,6 +34,7 @@ from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
 from .timeline import MemoryAccount
+from . import stacks
 from .vision import step as vision_step
 from .vision.training import VISION_GROUPS
 
@@ -666,6 +667,7 @@ def _micro_batch(
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
         account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
+        account.set("activations", stacks.DISCARDED, 0)  # the model's output object is dropped after the loss
         account.add(
             "activations",
             "saved by the loss head",

@@ -29,6 +29,13 @@ from .layers import Trace
 from .timeline import MemoryAccount
 
 
+DISCARDED = "graph of unused stack outputs"
+DISCARDED_DETAIL = (
+    "what pieces whose output feeds nothing saved (LLaVA's last tower layer): freed when the model's output "
+    "object is dropped after the loss"
+)
+
+
 @dataclass(frozen=True)
 class Piece:
     """One replayed piece of a stack, repeated ``count`` times in a row (identical layers)."""
@@ -43,6 +50,9 @@ class Piece:
     """Full activation checkpointing: only the input is kept, the forward runs again in backward."""
     input_bytes: int = 0
     """The input's bytes (what a checkpoint keeps)."""
+    discarded: bool = False
+    """Its output feeds nothing after the stack (LLaVA's last tower layer): no gradient reaches it, and its
+    graph (what it saved) lives only as long as the model's output object, until the loss is taken."""
 
     def kept_bytes(self) -> tuple[int, int]:
         """(activation, autocast weight-copy) bytes kept until the piece's backward."""
@@ -102,6 +112,12 @@ def forward(account: MemoryAccount, stacks: Sequence[Stack], micro_batch: int, s
             )
             account.set("activations", hidden_name, 0 if stack.keeps_hidden_states else trace.output_bytes,
                         f"the current {stack.name} piece's input")
+        for piece in stack.pieces:
+            if piece.discarded:  # held by the model's output object until the loss is taken
+                saved, copies = piece.kept_bytes()
+                account.add("activations", stack.saved_name, -saved * piece.count)
+                account.add("activations", DISCARDED, saved * piece.count, DISCARDED_DETAIL)
+                account.add("parameters", "autocast weight copies", -copies * piece.count)
         if previous is not None:
             account.set("activations", f"{previous.name}: output", 0)
         account.set("activations", f"{stack.name}: hidden states", 0)
@@ -139,6 +155,8 @@ def backward(
         if not stack.needs_backward:
             continue
         for piece in reversed(stack.pieces):
+            if piece.discarded:
+                continue
             trace = piece.trace
             saved, copies = piece.kept_bytes()
             grads = trace.backward_peak_grad_bytes if piece.trains else 0

@@ -382,7 +382,7 @@ class Tape:
     ) -> Sym:
         """Flash / memory-efficient SDPA: saves q, k, v, output, fp32 logsumexp (and RNG state)."""
         q_in, k_in, v_in = (self.autocast_input("sdpa", t) for t in (q, k, v))
-        out = self.new(q.numel, q_in.dtype, True)
+        out = self.new(q.numel, q_in.dtype, q.requires_grad or k.requires_grad or v.requires_grad)
         lse = Sym(lse_numel, "fp32", False)
         self.record("sdpa_fused", [q_in, k_in, v_in, out, lse, *also_keeps], [q_in, k_in, v_in], [out])
         self._release_casts((q_in, q), (k_in, k), (v_in, v))
@@ -394,7 +394,7 @@ class Tape:
         """Fused SDPA whose values have their own head width (multi-head latent attention): the output
         has ``out_numel`` elements (v's head width); saves what :meth:`fused_attention` saves."""
         q_in, k_in, v_in = (self.autocast_input("sdpa", t) for t in (q, k, v))
-        out = self.new(out_numel, q_in.dtype, True)
+        out = self.new(out_numel, q_in.dtype, q.requires_grad or k.requires_grad or v.requires_grad)
         lse = Sym(lse_numel, "fp32", False)
         self.record("sdpa_fused", [q_in, k_in, v_in, out, lse], [q_in, k_in, v_in], [out])
         self._release_casts((q_in, q), (k_in, k), (v_in, v))

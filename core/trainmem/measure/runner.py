@@ -38,6 +38,7 @@ from .hf_model import (
     REPLAYABLE_PRECISIONS,
     base_model,
     build_model,
+    hf_config_dict,
     lora_adapter_dtype,
     lora_target_modules,
 )
@@ -183,7 +184,14 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
         model = build_model(setup, on_meta=False).to(device)
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
-    vocab_size = base_model(model).config.vocab_size
+    vocab_size = base_model(model).config.get_text_config().vocab_size
+    if setup.images is not None:  # a vision-language model's text, image placeholders and pixel values
+        from .vlm import vlm_inputs
+
+        batch, extra = vlm_inputs(setup, hf_config_dict(setup), vocab_size, device)
+        step = TrainingStep(setup, model, optimizer.optimizer, batch)
+        step.forward_kwargs.update(extra)
+        return _Run(model, trainable, optimizer, step)
     batch = torch.randint(0, vocab_size, (setup.micro_batch_size, setup.sequence_length), device=device)
     return _Run(model, trainable, optimizer, TrainingStep(setup, model, optimizer.optimizer, batch))
 

@@ -138,6 +138,9 @@ class TrainingStep:
             if parameter.grad is not None:
                 tracker.register(parameter.grad, ROLE_GRADIENT, op="(gradient)")
         tracker.register(self.batch, ROLE_INPUT, op="(input batch)")
+        for value in self.forward_kwargs.values():  # a VLM's pixel_values and image grids
+            if isinstance(value, torch.Tensor):
+                tracker.register(value, ROLE_INPUT, op="(input batch)")
 
     def _snapshot_gradients(self) -> None:
         if self.tracker is None:

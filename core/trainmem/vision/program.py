@@ -24,7 +24,7 @@ from functools import lru_cache
 from ..architecture import Architecture
 from ..layers import LayerKernels, LayerProgram, LayerShape, Trace, Trainability, replay, trace_layer
 from ..stacks import Piece, Stack
-from ..tape import DTYPE_BYTES, Tape
+from ..tape import DTYPE_BYTES, Sym, Tape
 from .tokens import VisualCounts
 from .tower import VisionStack
 
@@ -60,8 +60,10 @@ def _patch_embedding(stack: VisionStack, sizes: _Sizes, kernels: LayerKernels, t
     arch = stack.layer_architecture()
     shape = _layer_shape(stack, sizes)
     program = LayerProgram(arch, shape, kernels, Trainability(lambda m: trains, lambda m: False), tape)
-    pixels = tape.new(sizes.pixel_numel, "fp32", False)
-    x = tape.to(pixels, kernels.weight_dtype)
+    # pixel_values is an input of the step (counted there): a conv that saves it as it is adds nothing.
+    same_dtype = kernels.weight_dtype == "fp32" and kernels.autocast is None
+    pixels = Sym(sizes.pixel_numel, "fp32", False, "external") if same_dtype else tape.new(sizes.pixel_numel, "fp32", False)
+    x = pixels if same_dtype else tape.to(pixels, kernels.autocast or kernels.weight_dtype)
     h = stack.hidden_size
     conv = next(t for t in stack.prelude if t.name.endswith(("patch_embedding.weight", "patch_conv.weight", "proj.weight", "linear.weight")))
     per_patch = conv.numel // h
@@ -85,7 +87,7 @@ def _patch_embedding(stack: VisionStack, sizes: _Sizes, kernels: LayerKernels, t
         normed = program.norm("pre_norm", out, sizes.sequences * sizes.patches, h)
         tape.release(out)
         out = normed
-    forward_peak = tape.peak_live_bytes - pixels.nbytes
+    forward_peak = tape.peak_live_bytes - (0 if same_dtype else pixels.nbytes)
     tape.release(pixels)
     return replay(tape, [out], forward_peak, out.nbytes, False, grads_exist, pixels)
 
@@ -166,7 +168,14 @@ def vision_stacks(
         TOWER,
         (
             Piece("vision patch embedding", 1, _patch_embedding(stack, sizes, kernels, tower_trains, grads_exist), tower_trains),
-            Piece("vision layer {index}", stack.num_layers, layer, tower_trains, recompute, stream),
+            *(
+                Piece(label, count, layer, tower_trains, recompute, stream, discarded)
+                for label, count, discarded in (
+                    ("vision layer {index}", stack.num_layers - stack.unused_layers, False),
+                    ("vision unused layer {index}", stack.unused_layers, True),
+                )
+                if count
+            ),
         ),
         output_bytes=layer.output_bytes,
         keeps_hidden_states=stack.keeps_all_hidden_states and not tower_trains,

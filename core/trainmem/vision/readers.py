@@ -195,6 +195,17 @@ def _feature_layers(config: ConfigFields, default: int) -> int:
     return 1
 
 
+def _unused_layers(config: ConfigFields, default: int, num_layers: int) -> int:
+    """Layers after the deepest one ``vision_feature_layer`` selects from ``hidden_states`` (num_layers + 1
+    entries: the embeddings, then each layer's output)."""
+    value = config.raw("vision_feature_layer", default)
+    selected = value if isinstance(value, list) else [value]
+    indices = [index if index >= 0 else num_layers + 1 + index for index in selected if isinstance(index, int)]
+    if not indices or any(not 0 <= index <= num_layers for index in indices):
+        raise config.fail("vision_feature_layer", f"must select among the {num_layers + 1} hidden states of the tower, got {value!r}")
+    return num_layers - max(indices)
+
+
 def read_llava(config: ConfigFields) -> VisionStack:
     fields, tower_type = _vision_fields(config, LLAVA_DEFAULT_VISION)
     tower_type = tower_type or "clip_vision_model"
@@ -221,7 +232,9 @@ def read_llava(config: ConfigFields) -> VisionStack:
         prelude=tuple(prelude), layer=tuple(layer), postlude=tuple(postlude), projector=tuple(projector),
         projector_in_features=vision_in, projector_hidden=text_h, projector_out_features=text_h,
         tokens=TokenRule("fixed", patch, image_size=image, tokens_per_image=patches + int(keep_class), class_token=clip),
-        selected_layers=feature_layers, keeps_all_hidden_states=True, **common,
+        selected_layers=feature_layers, keeps_all_hidden_states=True,
+        unused_layers=_unused_layers(config, -2, common["num_layers"]),
+        unused_postlude=tuple(t.name for t in postlude if clip or t.name.startswith("head.")), **common,
     )
 
 
@@ -247,7 +260,8 @@ def read_gemma3(config: ConfigFields) -> VisionStack:
         wrapper="gemma3", tower_prefix="model.vision_tower", projector_prefix="model.multi_modal_projector",
         prelude=tuple(prelude), layer=tuple(layer), postlude=tuple(postlude), projector=tuple(projector),
         projector_in_features=h, projector_hidden=0, projector_out_features=text_h,
-        tokens=TokenRule("fixed", patch, image_size=image, tokens_per_image=tokens), **common,
+        tokens=TokenRule("fixed", patch, image_size=image, tokens_per_image=tokens),
+        unused_postlude=tuple(t.name for t in postlude if t.name.startswith("head.")), **common,
     )
 
 
@@ -315,6 +329,7 @@ def read_mistral3(config: ConfigFields) -> VisionStack:
         projector_in_features=vision_in, projector_hidden=text_h, projector_out_features=text_h,
         tokens=TokenRule("longest_edge", patch, image_size=image, longest_edge=image, merge=merge),
         selected_layers=feature_layers, keeps_all_hidden_states=True,
+        unused_layers=_unused_layers(config, -1, layers),
     )
 
 

@@ -103,6 +103,12 @@ class VisionStack:
     keeps_all_hidden_states: bool = False
     """The wrapper calls the tower with ``output_hidden_states=True`` and picks a layer: every layer's output
     is alive until the tower returns (LLaVA, Mistral 3 with ``vision_feature_layer`` lists)."""
+    unused_layers: int = 0
+    """Last layers whose output no feature uses (LLaVA's ``vision_feature_layer=-2`` leaves one): they run, but
+    their graph is dropped when the tower returns, so they get no gradients and no optimizer states."""
+    unused_postlude: tuple[str, ...] = ()
+    """Postlude tensors on no path to the loss (CLIP's ``post_layernorm`` of the pooled class token, SigLIP's
+    pooling ``head``)."""
     notes: tuple[str, ...] = field(default=())
 
     # ------------------------------------------------------------------ counts

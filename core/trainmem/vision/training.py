@@ -44,8 +44,12 @@ def vision_slices(stack: VisionStack, setup: Setup) -> list[Slice]:
     from ..plan import Slice
 
     tower, projector = tower_trains(setup), projector_trains(setup)
-    slices = [Slice(t, t.numel, 1, tower, False, False) for t in (*stack.prelude, *stack.postlude)]
-    slices += [Slice(t, t.numel, stack.num_layers, tower, False, False) for t in stack.layer]
+    slices = [Slice(t, t.numel, 1, tower, False, False) for t in stack.prelude]
+    # Tensors on no path to the loss get no gradient: the optimizer keeps no state for them (as if frozen).
+    slices += [Slice(t, t.numel, 1, tower and t.name not in stack.unused_postlude, False, False) for t in stack.postlude]
+    used = stack.num_layers - stack.unused_layers
+    slices += [Slice(t, t.numel, used, tower, False, False) for t in stack.layer if used]
+    slices += [Slice(t, t.numel, stack.unused_layers, False, False, False) for t in stack.layer if stack.unused_layers]
     slices += [Slice(t, t.numel, 1, projector, False, False) for t in stack.projector]
     return slices
 
