@@ -118,6 +118,7 @@ def forward(account: MemoryAccount, stacks: Sequence[Stack], micro_batch: int, s
                 account.add("activations", stack.saved_name, -saved * piece.count)
                 account.add("activations", DISCARDED, saved * piece.count, DISCARDED_DETAIL)
                 account.add("parameters", "autocast weight copies", -copies * piece.count)
+                account.add("parameters", "autocast cache", copies * piece.count)  # cached until autocast exits
         if previous is not None:
             account.set("activations", f"{previous.name}: output", 0)
         account.set("activations", f"{stack.name}: hidden states", 0)

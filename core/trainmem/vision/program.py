@@ -144,6 +144,36 @@ def _projector(stack: VisionStack, sizes: _Sizes, kernels: LayerKernels, trains:
     return replay(tape, [out], forward_peak, out.nbytes, input_saved, grads_exist, x)
 
 
+class _SpanAttentionLayer(LayerProgram):
+    """Qwen-VL's vision attention without flash-attention varlen: q, k, v are split into the spans of
+    ``cu_seqlens`` (windows, or whole images in the full-attention blocks), SDPA runs per span (saving each
+    span's output), and ``torch.cat`` joins the outputs into a new tensor that ``proj`` saves
+    (``Qwen2_5_VLVisionAttention.forward``; measured: one more hidden-size tensor per layer)."""
+
+    def _attention_core(self, q, k, v):
+        out = super()._attention_core(q, k, v)
+        joined = self.tape.copy(out)
+        self.tape.release(out)
+        return joined
+
+
+def _trace_tower_layer(
+    stack: VisionStack, shape: LayerShape, kernels: LayerKernels, trainability: Trainability, input_grad: bool,
+    grads_exist: bool,
+) -> Trace:
+    """``layers.trace_layer`` with the tower's own layer program."""
+    arch = stack.layer_architecture()
+    if stack.tokens.kind != "smart_resize":
+        return trace_layer(arch, shape, kernels, trainability, input_grad, grads_exist)
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_grad)
+    out = _SpanAttentionLayer(arch, shape, kernels, trainability, tape).layer(x)
+    forward_peak = tape.peak_live_bytes - x.nbytes
+    input_saved = x.storage in tape.saved_storages
+    tape.release(x)
+    return replay(tape, [out], forward_peak, out.nbytes, input_saved, grads_exist, x)
+
+
 @lru_cache(maxsize=64)
 def vision_stacks(
     stack: VisionStack,
@@ -163,7 +193,7 @@ def vision_stacks(
     stream = sizes.sequences * sizes.patches * stack.hidden_size * DTYPE_BYTES[kernels.stream_dtype]
     recompute = checkpointing == "full" and tower_trains
     trainability = Trainability(lambda m: tower_trains, lambda m: False)
-    layer = trace_layer(stack.layer_architecture(), _layer_shape(stack, sizes), kernels, trainability, tower_trains, grads_exist)
+    layer = _trace_tower_layer(stack, _layer_shape(stack, sizes), kernels, trainability, tower_trains, grads_exist)
     tower = Stack(
         TOWER,
         (
