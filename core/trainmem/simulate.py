@@ -168,6 +168,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     embedding_trains = plan.module_trains(plan.family.names.embed_tokens)
     # HF gradient checkpointing with a frozen embedding calls enable_input_require_grads().
     first_input_grad = embedding_trains or checkpointing == "full" or not stage.has_embedding
+    # A VLM's trained projector (or tower) makes the merged input embeddings require grad.
+    first_input_grad = first_input_grad or vision_step.features_require_grad(plan)
     runs = plan.stage_layer_runs(stage)
     first_kind = runs[0][2] if runs else None
     kinds: dict[int, _LayerTraces] = {}
@@ -295,6 +297,11 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     tensors += [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_, _ in adapters]
     state_dtype = "fp32" if plan.lora else precision.optimizer_state_dtype
     states = state_bytes(plan.optimizer, tensors, state_dtype, plan.device) // sharding.optimizer
+    vision_numel = sum(s.total_numel for s in trainable if s.tensor.group in VISION_GROUPS)
+    if plan.lora and vision_numel:  # a trained tower/projector keeps its own dtype (PEFT upcasts only adapters)
+        vision = [TrainableTensor(_rank_shape(s), s.count) for s in trainable if s.tensor.group in VISION_GROUPS]
+        own = state_bytes(plan.optimizer, vision, precision.optimizer_state_dtype, plan.device)
+        states += (own - state_bytes(plan.optimizer, vision, "fp32", plan.device)) // sharding.optimizer
     scalar = plan.optimizer.scalar_state
     if scalar == "device" or (
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
@@ -330,7 +337,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         weights=weights,
         weights_detail=detail,
         adapters=adapter_bytes,
-        gradients=trainable_numel * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes) // sharding.gradients,
+        gradients=(trainable_numel * (DTYPE_BYTES["fp32"] if plan.lora else grad_bytes)
+                   - (vision_numel * (DTYPE_BYTES["fp32"] - grad_bytes) if plan.lora else 0)) // sharding.gradients,
         gradients_per_layer=gradients_per_layer,
         gradients_embedding=embedding_numel * grad_bytes // sharding.gradients,
         gradients_head=head_numel * grad_bytes // sharding.gradients,

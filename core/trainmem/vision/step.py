@@ -37,6 +37,14 @@ def pixel_values_bytes(plan: Plan) -> int:
     return rounded(plan.setup.micro_batch_size * counts.pixel_values_numel * 4, plan.device)
 
 
+def features_require_grad(plan: Plan) -> bool:
+    """Whether the image features merged into the language model's embeddings require grad (a trained
+    projector or tower): the first decoder layer's input then requires grad even with a frozen embedding."""
+    if plan.vision is None or plan.visual_counts is None or not plan.visual_counts.tokens:
+        return False
+    return tower_trains(plan.setup) or projector_trains(plan.setup)
+
+
 def _stacks(plan: Plan, kernels: LayerKernels, grads_exist: bool) -> tuple[stacks.Stack, ...]:
     if plan.vision is None or plan.visual_counts is None:
         return ()
