@@ -41,7 +41,9 @@ def build_vlm(setup: Setup, config: dict[str, Any], implementation: str, on_meta
 
     stack = setup.vision_stack()
     assert stack is not None
-    fields = dict(config)
+    import copy
+
+    fields = copy.deepcopy(dict(config))  # transformers may fill nested dicts (rope_scaling) in place
     hf_config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     if on_meta:
         with torch.device("meta"):
