@@ -132,6 +132,25 @@ COHERE_QK_NORM_SMALL = {**COHERE_SMALL, "use_qk_norm": True, "tie_word_embedding
 FALCON_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "multi_query": True, "parallel_attn": True}
 FALCON_NEW_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "num_kv_heads": 2,
                     "new_decoder_architecture": True, "parallel_attn": True}
+LLAVA_SMALL = {
+    "model_type": "llava", "image_token_index": 1000, "image_seq_length": 64, "projector_hidden_act": "gelu",
+    "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "tie_word_embeddings": False,
+    "text_config": {"model_type": "llama", "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512,
+                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+                    "max_position_embeddings": 2048, "tie_word_embeddings": False},
+    "vision_config": {"model_type": "clip_vision_model", "hidden_size": 128, "intermediate_size": 256,
+                      "num_hidden_layers": 3, "num_attention_heads": 4, "image_size": 112, "patch_size": 14,
+                      "hidden_act": "quick_gelu"},
+}
+QWEN2_5_VL_SMALL = {
+    "model_type": "qwen2_5_vl", "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+    "rope_theta": 1000000.0, "tie_word_embeddings": False, "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
+    "image_token_id": 1000, "video_token_id": 1001, "vision_start_token_id": 1002, "vision_end_token_id": 1003,
+    "vision_config": {"depth": 3, "hidden_size": 128, "intermediate_size": 256, "num_heads": 4, "out_hidden_size": 256,
+                      "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
+                      "fullatt_block_indexes": [2], "hidden_act": "silu"},
+}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -180,6 +199,31 @@ def case(
         setup["finetuning"] = {"method": "lora", "lora": lora}
     setup.update(extra or {})
     return {"id": case_id, "description": description, "fake": fake, "setup": setup}
+
+
+def vlm_case(
+    case_id: str,
+    model: dict[str, Any],
+    *,
+    images: int,
+    tower: str,
+    precision: str = "fp32",
+    height: int = 448,
+    width: int = 448,
+    checkpointing: str = "none",
+    lora: dict[str, Any] | None = None,
+    projector: str | None = None,
+    description: str = "",
+) -> dict[str, Any]:
+    """A vision-language case: batch 2 × 128 text tokens plus the images' tokens, AdamW (for-loop), SDPA."""
+    entry = case(case_id, model, batch=2, seq=128, precision=precision, implementation="for-loop",
+                 checkpointing=checkpointing, lora=lora, description=description)
+    setup = entry["setup"]
+    setup["images"] = {"images_per_sample": images, "image_height": height, "image_width": width}
+    setup["finetuning"] = {**setup.get("finetuning", {}), "vision_tower": tower}
+    if projector is not None:
+        setup["finetuning"]["projector"] = projector
+    return entry
 
 
 # fmt: off
@@ -432,6 +476,26 @@ CASES: list[dict[str, Any]] = [
          checkpointing="full", description="New decoder architecture: key/value groups broadcast, ln_attn and ln_mlp."),
     case("falcon-new-small-bf16-lora-default-b2-s256", FALCON_NEW_SMALL, batch=2, seq=256, precision="bf16-pure",
          lora={"r": 8, "target_modules": None}, description="PEFT's default target for falcon: query_key_value."),
+    # ---------------------------------------------------------------- vision-language models (real)
+    *[vlm_case(f"llava-small-{precision}-{tower}-tower-{images}img-b2-s128", LLAVA_SMALL, images=images, tower=tower,
+               precision=precision,
+               description="LLaVA: CLIP tower (vision_feature_layer -2: the last layer gets no gradient), "
+               "two-layer projector, 64 tokens per image." if images == 1 and tower == "frozen" else "")
+      for precision, tower, images in (("fp32", "frozen", 1), ("fp32", "frozen", 4), ("fp32", "trained", 1),
+                                       ("fp32", "trained", 4), ("bf16-pure", "trained", 1))],
+    vlm_case("llava-small-fp32-trained-tower-ckpt-4img-b2-s128", LLAVA_SMALL, images=4, tower="trained",
+             checkpointing="full", description="Full checkpointing reaches the CLIP encoder too."),
+    *[vlm_case(f"qwen25vl-small-{precision}-{tower}-tower-{images}img-{h}x{w}-b2-s128", QWEN2_5_VL_SMALL, images=images,
+               tower=tower, precision=precision, height=h, width=w,
+               description="Qwen2.5-VL: smart_resize to multiples of 28, window attention per span, merger."
+               if (images, h, tower) == (1, 224, "frozen") else "")
+      for precision, tower, images, h, w in (("fp32", "frozen", 1, 224, 224), ("fp32", "trained", 1, 224, 224),
+                                             ("fp32", "trained", 4, 224, 224), ("fp32", "trained", 1, 448, 336),
+                                             ("bf16-pure", "trained", 1, 448, 336))],
+    vlm_case("qwen25vl-small-bf16-lora-projector-4img-448x336-b2-s128", QWEN2_5_VL_SMALL, images=4, tower="frozen",
+             precision="bf16-pure", height=448, width=336,
+             lora={"r": 8, "target_modules": ["q_proj", "v_proj"]}, projector="trained",
+             description="The common recipe: frozen tower, trained merger, LoRA on the language model."),
 ]
 # fmt: on
 

@@ -498,6 +498,13 @@ class LayerProgram:
     def _activation(self, x: Sym) -> Sym:
         """The MLP activation; GPT-2's gelu_new is a chain of Python ops, others are one kernel."""
         tape = self.tape
+        if self.arch.hidden_act == "quick_gelu":  # CLIP's QuickGELUActivation: x * sigmoid(1.702 * x)
+            scaled = tape.scale(x)
+            sigmoid = tape.unary_saving_result("sigmoid", scaled)
+            tape.release(scaled)
+            out = tape.mul(x, sigmoid)
+            tape.release(sigmoid)
+            return out
         if self.arch.hidden_act not in ("gelu_new", "gelu_fast"):
             return tape.unary_saving_input(self.arch.hidden_act, x)
         # NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))

@@ -33,6 +33,8 @@ from .quantization import quantized_weight_bytes
 from .setup import Setup, _parse_layer_range
 from .tape import DTYPE_BYTES
 from .training.phases import adjust_inventory
+from .vision import step as vision_step
+from .vision.training import trainable_numel as vision_trainable_numel, vision_slices
 
 @dataclass(frozen=True)
 class Slice:
@@ -101,6 +103,11 @@ class Plan:
         self.finetuning = setup.finetuning
         self.lora = self.finetuning.method in ("lora", "qlora")
         self.quantized_base = self.finetuning.method == "qlora"
+        # Vision-language models: the tower and projector, and what one sample's images become; their
+        # tokens join the language model's sequence (trainmem.vision).
+        self.vision, self.visual_counts = vision_step.of_setup(setup)
+        if self.visual_counts is not None:
+            self.setup = setup.model_copy(update={"sequence_length": setup.sequence_length + self.visual_counts.tokens})
 
     def _default_optimizer_implementation(self) -> str:
         """What runs when the setup does not say: DeepSpeed and Megatron-LM ship fused Adam kernels
@@ -290,6 +297,8 @@ class Plan:
             for tensor in inventory.embedding:
                 out.append(Slice(tensor, self._tp_numel(tensor), 1, self.tensor_trains(tensor), False, False))
                 out += self._saved_module_originals(tensor, 1, False)
+        if stage.has_embedding and self.vision is not None:
+            out += vision_slices(self.vision, self.setup)
         frozen = self._frozen_groups[1]
         for kind, group, count in self.stage_layer_groups(stage):
             frozen_layers = sum(1 for i in group.indices if i in frozen and stage.first_layer <= i < stage.stop_layer)
@@ -335,7 +344,8 @@ class Plan:
         if self.inventory is None:
             model = self.setup.model
             return model.num_parameters  # type: ignore[union-attr]
-        return self.inventory.num_parameters + self.num_adapter_parameters + self.num_saved_module_parameters
+        vision = self.vision.numel if self.vision is not None else 0
+        return self.inventory.num_parameters + self.num_adapter_parameters + self.num_saved_module_parameters + vision
 
     @cached_property
     def num_saved_module_parameters(self) -> int:
@@ -357,10 +367,12 @@ class Plan:
     def num_trainable_parameters(self) -> int:
         if self.inventory is None:
             return self.num_parameters
+        vision = vision_trainable_numel(self.vision, self.setup) if self.vision is not None else 0
         if self.lora:
-            return self.num_adapter_parameters + self.num_saved_module_parameters
+            return self.num_adapter_parameters + self.num_saved_module_parameters + vision
         inventory = self.inventory
-        count = sum(t.numel for t in inventory.embedding if self.tensor_trains(t))
+        count = vision
+        count += sum(t.numel for t in inventory.embedding if self.tensor_trains(t))
         count += sum(t.numel for t in inventory.head if self.tensor_trains(t))
         for group in inventory.layer_groups:
             trainable_layers = sum(1 for i in group.indices if self.layer_trains(i))

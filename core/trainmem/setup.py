@@ -40,6 +40,7 @@ from .hf_config import architecture_from_hf_config
 from .limits import Bound
 from .training.config import Training
 from .tasks import Task, apply_task, check_finetuning, check_sequence_length
+from .vision.inputs import ImageInputs
 
 # --------------------------------------------------------------------------- strict, bounded fields
 
@@ -203,7 +204,11 @@ def _read_architecture(config: Any) -> Architecture:
     """The config readers' Architecture; a reader that trips over a wrong-typed field (a list where
     a string goes) is reported as a ValueError too, never as a TypeError with a traceback."""
     try:
-        return architecture_from_hf_config(config)
+        architecture = architecture_from_hf_config(config)
+        from .vision.readers import read_vision_stack
+
+        read_vision_stack(config)  # a VLM's vision_config is read (and its errors named) with the model
+        return architecture
     except ValueError:
         raise
     except (TypeError, KeyError, AttributeError, IndexError, OverflowError, ArithmeticError) as error:
@@ -551,6 +556,16 @@ class Finetuning(StrictModel):
         description="For full fine-tuning: groups to freeze (embeddings, attention, mlp, norms, lm_head) "
         "and/or layer ranges such as 'layers:0-15'.",
     )
+    vision_tower: Optional[Literal["frozen", "trained"]] = Field(
+        default=None,
+        description="Vision-language models: whether the vision tower trains (default: trained under full "
+        "fine-tuning, frozen under LoRA/QLoRA).",
+    )
+    projector: Optional[Literal["frozen", "trained"]] = Field(
+        default=None,
+        description="Vision-language models: whether the projector/merger trains (default: as the vision tower "
+        "under full fine-tuning, frozen under LoRA/QLoRA; 'trained' is PEFT's modules_to_save).",
+    )
 
     @field_validator("frozen")
     @classmethod
@@ -830,6 +845,11 @@ class Setup(StrictModel):
         if isinstance(data, dict) and self.task == Task():
             data.pop("task", None)
         return data
+    images: Optional[ImageInputs] = Field(
+        default=None,
+        description="Vision-language models: images (and Qwen-VL videos) per sample and their size in pixels; "
+        "their tokens are added to sequence_length (the text tokens).",
+    )
 
     @field_validator("model", mode="before")
     @classmethod
@@ -890,6 +910,10 @@ class Setup(StrictModel):
         from .training.checks import check_training
 
         check_training(self, architecture)
+
+        from .vision.checks import check_vision_setup
+
+        check_vision_setup(self)
         if self.pipeline_and_accumulation_mismatch():
             raise FieldError(
                 "gradient_accumulation_steps",
@@ -923,6 +947,17 @@ class Setup(StrictModel):
 
     def pipeline_and_accumulation_mismatch(self) -> bool:
         return 1 < self.parallelism.pipeline_parallel_size > self.gradient_accumulation_steps
+
+    def vision_stack(self):
+        """The vision tower and projector of a vision-language model's config (None for a text model)."""
+        from .vision.readers import read_vision_stack
+
+        model = self.model
+        if isinstance(model, PresetModel):
+            return read_vision_stack(presets()[model.preset].config, "model")
+        if isinstance(model, HFConfigModel):
+            return read_vision_stack(model.hf_config, "model.hf_config")
+        return None
 
     def architecture(self) -> Optional[Architecture]:
         """The model's architecture, or None when only a parameter count was given."""

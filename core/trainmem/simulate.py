@@ -40,6 +40,9 @@ from .timeline import MemoryAccount
 from .training import phases as training_phases
 from .training.distillation import trace_gkd_head
 from .training.fused_head import trace_fused_head, trace_score_head
+from . import stacks
+from .vision import step as vision_step
+from .vision.training import VISION_GROUPS
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
 """DeepSpeed stage3_prefetch_bucket_size default (5e7 elements)."""
@@ -177,6 +180,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     embedding_trains = plan.module_trains(plan.family.names.embed_tokens)
     # HF gradient checkpointing with a frozen embedding calls enable_input_require_grads().
     first_input_grad = embedding_trains or checkpointing == "full" or not stage.has_embedding
+    # A VLM's trained projector (or tower) makes the merged input embeddings require grad.
+    first_input_grad = first_input_grad or vision_step.features_require_grad(plan)
     runs = plan.stage_layer_runs(stage)
     first_kind = runs[0][2] if runs else None
     kinds: dict[int, _LayerTraces] = {}
@@ -333,7 +338,9 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         gathered += sum(per_layer * DTYPE_BYTES[plan.adapter_dtype] for _, per_layer, _, k in adapters if k == kind)
         gathered_per_layer[kind] = gathered
     embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
-    head_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group != "embeddings")
+    head_numel = sum(
+        s.total_numel for s in trainable if not s.layer_scope and s.tensor.group not in ("embeddings", *VISION_GROUPS)
+    )
     tensors = [TrainableTensor(_rank_shape(s), s.count) for s in trainable]
     adapter_tensors = [TrainableTensor((per_layer,), layers_) for _, per_layer, layers_, _ in adapters]
     tensors += adapter_tensors
@@ -558,6 +565,7 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
         ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm" else "token ids and labels (int64)")
         + (", and the packed row's position_ids" if setup.batch == "packed" else ""),
     )
+    account.set("activations", "pixel values", vision_step.pixel_values_bytes(plan), "the processor's fp32 pixel_values")
     account.record("step start", "start", 1)
 
 
@@ -729,6 +737,7 @@ def _micro_batch(
         account.record(
             "embedding" + suffix, "forward", micro_batch, {("parameters", "gathered weights"): ends_gathered}
         )
+        vision_step.forward(plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist, stream)
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
@@ -813,6 +822,7 @@ def _micro_batch(
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
         account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
+        account.set("activations", stacks.DISCARDED, 0)  # the model's output object is dropped after the loss
         account.add(
             "activations",
             "saved by the loss head",
@@ -919,6 +929,10 @@ def _micro_batch(
         account.set("parameters", "gathered weights", 0)
 
     if embedding is not None:
+        vision_step.backward(
+            plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist,
+            lambda produced: _stored(plan, produced // plan.sharding.gradients, produced),
+        )
         moment = _backward_moment(
             embedding, embedding.saved_activation_bytes, 0, stream, grads_exist, False, saved_name, copies_name
         )

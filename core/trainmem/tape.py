@@ -372,7 +372,8 @@ class Tape:
     def layer_norm(self, x: Sym, rows: int, weight: Sym, bias: Optional[Sym]) -> Sym:
         """``F.layer_norm``: saves the input and the fp32 mean and rstd of each row."""
         x_in = self.autocast_input("layer_norm", x)
-        out = self.new(x.numel, x_in.dtype, True)
+        requires_grad = x.requires_grad or weight.requires_grad or bool(bias is not None and bias.requires_grad)
+        out = self.new(x.numel, x_in.dtype, requires_grad)  # a frozen norm over a no-grad input builds no graph
         stats_dtype = "fp32" if self.device == "cuda" else x_in.dtype  # the CPU kernel keeps the input's dtype
         mean = Sym(rows, stats_dtype, False)
         rstd = Sym(rows, stats_dtype, False)
@@ -384,7 +385,7 @@ class Tape:
     ) -> Sym:
         """Flash / memory-efficient SDPA: saves q, k, v, output, fp32 logsumexp (and RNG state)."""
         q_in, k_in, v_in = (self.autocast_input("sdpa", t) for t in (q, k, v))
-        out = self.new(q.numel, q_in.dtype, True)
+        out = self.new(q.numel, q_in.dtype, q.requires_grad or k.requires_grad or v.requires_grad)
         lse = Sym(lse_numel, "fp32", False)
         self.record("sdpa_fused", [q_in, k_in, v_in, out, lse, *also_keeps], [q_in, k_in, v_in], [out])
         self._release_casts((q_in, q), (k_in, k), (v_in, v))
@@ -396,7 +397,7 @@ class Tape:
         """Fused SDPA whose values have their own head width (multi-head latent attention): the output
         has ``out_numel`` elements (v's head width); saves what :meth:`fused_attention` saves."""
         q_in, k_in, v_in = (self.autocast_input("sdpa", t) for t in (q, k, v))
-        out = self.new(out_numel, q_in.dtype, True)
+        out = self.new(out_numel, q_in.dtype, q.requires_grad or k.requires_grad or v.requires_grad)
         lse = Sym(lse_numel, "fp32", False)
         self.record("sdpa_fused", [q_in, k_in, v_in, out, lse], [q_in, k_in, v_in], [out])
         self._release_casts((q_in, q), (k_in, k), (v_in, v))

@@ -122,10 +122,18 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
         from transformers import AutoModelForSequenceClassification as AutoModelForCausalLM  # noqa: N814
 
         fields.update(num_labels=1, pad_token_id=0)
-    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     implementation = ATTENTION_IMPLEMENTATION.get(setup.attention)
     if implementation is None:
         raise ValueError(f"attention {setup.attention!r} cannot be measured here; use eager, sdpa or sdpa-math")
+    if setup.vision_stack() is not None:  # a vision-language model (measure/vlm.py)
+        from .vlm import build_vlm
+
+        model = build_vlm(setup, fields, implementation, on_meta)
+        if setup.activation_checkpointing == "full":
+            base_model(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        return model
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     architecture = setup.architecture()
     model_class, extra = AutoModelForCausalLM, {}
     if architecture is not None and architecture.task != "causal_lm":  # an encoder's task head (measure/tasks.py)
@@ -173,7 +181,7 @@ def base_model(model: torch.nn.Module) -> torch.nn.Module:
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's decoder blocks in order (GPT-2's ``transformer.h``, Llama's ``model.layers``)."""
-    count = base_model(model).config.num_hidden_layers
+    count = base_model(model).config.get_text_config().num_hidden_layers
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) == count:
             return list(module)

@@ -39,6 +39,7 @@ from .hf_model import (
     REPLAYABLE_PRECISIONS,
     base_model,
     build_model,
+    hf_config_dict,
     lora_adapter_dtype,
     lora_target_modules,
 )
@@ -190,11 +191,18 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
         model = build_model(setup, on_meta=False).to(device)
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
-    vocab_size = base_model(model).config.vocab_size
+    vocab_size = base_model(model).config.get_text_config().vocab_size
     if not setup.training.is_supervised:
         from .post_training import prepare
 
         step = prepare(setup, fake, device, model, optimizer.optimizer, vocab_size)
+        return _Run(model, trainable, optimizer, step)
+    if setup.images is not None:  # a vision-language model's text, image placeholders and pixel values
+        from .vlm import vlm_inputs
+
+        batch, extra = vlm_inputs(setup, hf_config_dict(setup), vocab_size, device)
+        step = TrainingStep(setup, model, optimizer.optimizer, batch)
+        step.forward_kwargs.update(extra)
         return _Run(model, trainable, optimizer, step)
     architecture = setup.architecture()
     if architecture is not None and architecture.task != "causal_lm":  # an encoder's task (measure/tasks.py)

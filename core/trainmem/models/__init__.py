@@ -158,6 +158,8 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
     if text_config is None and model_type in MULTIMODAL_TEXT_MODEL_TYPES and "hidden_size" in config:
         text_type = MULTIMODAL_TEXT_MODEL_TYPES[model_type]
         arch = _read(FAMILIES[text_type], ConfigFields({**config, "model_type": text_type}, prefix), ())
+        if _vision_is_read(model_type):
+            return arch
         return arch.model_copy(update={"not_counted": (f"the vision tower and projector of {model_type}",)})
     if text_config is not None:
         text_fields = dict(text_config)
@@ -169,6 +171,8 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
         if text_type in TEXT_MODEL_ALIASES or text_type in FAMILIES or text_type is None:
             arch = architecture_from_hf_config(text_fields, fields.path("text_config"))
             wrapper = model_type or "multimodal"
+            if _vision_is_read(model_type):
+                return arch  # trainmem.vision reads the tower and projector (Setup.vision_stack)
             return arch.model_copy(
                 update={"not_counted": (*arch.not_counted, f"the vision tower and projector of {wrapper}")}
             )
@@ -184,6 +188,13 @@ def architecture_from_hf_config(config: Mapping[str, Any], prefix: str = "") -> 
         "model_type",
         f"{' / '.join(tried)} is not supported; supported model types: {', '.join(supported_model_types())}",
     )
+
+
+def _vision_is_read(model_type: Any) -> bool:
+    """Whether ``trainmem.vision`` reads this wrapper's vision tower and projector."""
+    from ..vision.readers import VISION_READERS  # vision imports models' blocks: imported late
+
+    return model_type in VISION_READERS
 
 
 def _read(family: DecoderFamily, fields: ConfigFields, notes: tuple[str, ...]) -> Architecture:
