@@ -114,7 +114,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "finetuning.quantization.bits": 8,
             "finetuning.lora.r": 32,
             "sequence_length": 4096,
-            "micro_batch_size": 4,
+            "micro_batch_size": 2,
+            "training.mode": "dpo",
             "gradient_accumulation_steps": 4,
         },
     ),
@@ -181,7 +182,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "llamafactory/examples/train_lora/llama3_lora_dpo.yaml": (
         {},
-        {"finetuning.method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 8},
+        {"finetuning.method": "lora", "micro_batch_size": 1, "training.mode": "dpo", "gradient_accumulation_steps": 8},
     ),
     "llamafactory/examples/train_lora/llama3_lora_sft_ds3.yaml": (
         {},
@@ -365,7 +366,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {},
         {
             "model.preset": "mistral-7b",
-            "micro_batch_size": 16,
+            "micro_batch_size": 8,
+            "training.mode": "dpo",
             "gradient_accumulation_steps": 2,
             "sequence_length": 1024,
             "optimizer.name": "adamw",
@@ -378,7 +380,7 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {},
         {
             "model.preset": "llama-3-8b",
-            "micro_batch_size": 8,
+            "micro_batch_size": 4,
             "sequence_length": 2048,
             "optimizer.name": "adamw-8bit",
             "attention": "flash_attention_2",
@@ -416,7 +418,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "trl/dpo_config.json": (
         {"model": {"preset": "gpt2"}},
         {
-            "micro_batch_size": 16,
+            "micro_batch_size": 8,
+            "training.mode": "dpo",
             "sequence_length": 1024,
             "precision": "bf16-mixed",
             "activation_checkpointing": "full",

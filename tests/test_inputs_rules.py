@@ -139,13 +139,16 @@ def test_axolotl_defaults():
     assert all("Axolotl 0.19.0" in d for d in defaults_of(keys).values())
 
 
-def test_preference_trainers_count_chosen_and_rejected_rows():
+def test_preference_configs_run_the_dpo_step_on_pairs():
+    """A micro-batch counts pairs, as TRL's per_device_train_batch_size does; the DPO mode forwards
+    chosen and rejected rows together (trainmem.training)."""
     setup, keys = read(
-        dpo_yaml="model_name_or_path: gpt2\nbeta: 0.1\nmax_prompt_length: 128\n"
-        "per_device_train_batch_size: 3\nmax_length: 512\n"
+        dpo_yaml="model_name_or_path: gpt2\nbeta: 0.2\nmax_prompt_length: 128\n"
+        "per_device_train_batch_size: 3\nmax_length: 512\nprecompute_ref_log_probs: true\n"
     )
-    assert setup.micro_batch_size == 6
-    assert any("2N rows" in note for note in keys.notes)
+    assert setup.micro_batch_size == 3 and setup.training.mode == "dpo"
+    assert setup.training.beta == 0.2 and setup.training.precompute_ref_log_probs is True
+    assert any("training.mode = dpo" in note for note in keys.notes)
 
 
 def test_grpo_counts_prompt_and_completion_tokens():
@@ -154,7 +157,8 @@ def test_grpo_counts_prompt_and_completion_tokens():
         "max_completion_length: 768\nper_device_train_batch_size: 4\n"
     )
     assert setup.sequence_length == 1024 and setup.micro_batch_size == 4
-    assert any("KV cache" in note for note in keys.notes)
+    assert setup.training.mode == "grpo" and setup.training.num_generations == 4
+    assert (setup.training.max_prompt_length, setup.training.max_completion_length) == (256, 768)
 
 
 def test_a_base_loaded_in_bf16_is_bf16_pure_outside_deepspeed():

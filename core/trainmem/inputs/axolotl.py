@@ -204,11 +204,12 @@ def read_batch(rec: Recorder) -> None:
     if rl is not None:
         name = str(rl).lower()
         rec.facts["trainer"] = name
-        if name in ("dpo", "ipo", "orpo", "simpo"):
-            rec.facts["rows_per_example"] = 2
-            rec.modelled("rl", f"{name}: chosen and rejected rows are forwarded together (TRL), 2 rows per example")
-        elif name == "grpo":
-            rec.unmodelled("rl", "GRPO generation is not modelled; micro_batch_size counts completions")
+        mode = {"dpo": "dpo", "ipo": "dpo", "orpo": "orpo", "simpo": "simpo", "kto": "kto", "grpo": "grpo"}.get(name)
+        if mode is not None:
+            rec.facts["training_mode"] = mode
+            if name == "ipo":
+                rec.contributions.append(Contribution("training.loss_type", "ipo", rec.file, "rl"))
+            rec.modelled("rl", f"{name}: training.mode = {mode} (TRL's trainer)")
         else:
             rec.unmodelled("rl", f"{name}: assumed one row per example")
 

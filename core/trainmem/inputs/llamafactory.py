@@ -77,9 +77,10 @@ def read_llamafactory(rec: Recorder) -> None:
     if rec.has("stage"):
         if stage in ("sft", "pt"):
             rec.neutral("stage", f"{stage}: one row per example")
-        elif stage == "dpo":
-            rec.modelled("stage", "dpo: chosen and rejected rows are forwarded together, 2 rows per example")
-            rec.facts["rows_per_example"] = 2
+        elif stage in ("dpo", "kto", "rm"):
+            mode = {"rm": "reward"}.get(stage, stage)
+            rec.modelled("stage", f"{stage}: training.mode = {mode} (LLaMA-Factory runs TRL's trainer)")
+            rec.facts["training_mode"] = mode
         else:
             rec.unmodelled("stage", f"{stage}: reward heads, value models and reference models are not counted")
     checkpointing_on = rec.get("disable_gradient_checkpointing") is not True

@@ -9,7 +9,8 @@ when both are present.
 
 Rules that need more than one file, applied after merging:
 
-* **rows per example**: DPO/ORPO micro-batches hold chosen and rejected rows (×2);
+* **the trainer**: a preference, reward or RL trainer sets ``training.mode`` (its micro-batch counts
+  what TRL's ``per_device_train_batch_size`` counts: pairs, or completions for GRPO);
 * **base dtype**: a base loaded in bf16 (Axolotl with bf16, LLaMA-Factory LoRA, TRL ``dtype:
   bfloat16``) outside DeepSpeed keeps its weights, gradients and optimizer states in bf16:
   trainmem models that as ``bf16-pure`` (``bf16-mixed`` would count fp32 weights);
@@ -224,12 +225,13 @@ def _apply_rules(
     values: dict[str, Any], facts: dict[str, Any], chosen: dict[str, Contribution], overrides: dict[str, Any]
 ) -> list[str]:
     notes = []
-    rows = facts.get("rows_per_example", 1)
-    if rows > 1 and "micro_batch_size" in values and "micro_batch_size" not in overrides:
-        values["micro_batch_size"] = values["micro_batch_size"] * rows
+    mode = facts.get("training_mode")
+    if mode and "training.mode" not in values and "training.mode" not in overrides:
+        values["training.mode"] = mode
+        counts = {"grpo": "completions", "rloo": "completions", "kto": "examples"}.get(mode, "preference pairs")
         notes.append(
-            f"micro_batch_size = {values['micro_batch_size']}: {rows} rows (chosen and rejected) per example "
-            f"of {facts['rows_per_example@file']}"
+            f"training.mode = {mode} (from {facts['training_mode@file']}): the step is simulated as TRL 1.16's "
+            f"{mode.upper()} trainer runs it; micro_batch_size counts {counts}"
         )
     if values.get("finetuning.quantization.bits") and values.get("finetuning.method", "full") == "full":
         if facts.get("quantized_base"):

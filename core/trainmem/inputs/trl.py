@@ -13,7 +13,7 @@ trainer's config in one file):
 
 from __future__ import annotations
 
-from .record import Recorder
+from .record import Contribution, Recorder
 from .trainer_args import (
     TRANSFORMERS_DEFAULTS,
     TRL_DPO_DEFAULTS,
@@ -98,10 +98,6 @@ def read_sequence(rec: Recorder, kind: str, defaults) -> None:
                     rec.modelled(other, "part of sequence_length")
         else:
             rec.default("sequence_length", prompt + completion, "max_completion_length", f"{TRL_VERSION} GRPOConfig")
-        rec.notes.append(
-            f"{rec.file}: GRPO generation (vLLM or generate's KV cache) is not modelled; "
-            "per_device_train_batch_size counts completions (TRL 1.16 GRPOConfig)"
-        )
         return
     keys = [k for k in ("max_length", "max_seq_length") if rec.get(k) is not None]
     if keys:
@@ -175,13 +171,34 @@ def read_trainer_features(rec: Recorder) -> None:
 
 
 def read_preference_keys(rec: Recorder, kind: str) -> None:
+    """A preference config runs DPOTrainer's step (``training.mode`` dpo): chosen and rejected rows in one
+    forward, a reference model unless PEFT or precomputed log-probs remove it. ORPO/CPO/SimPO configs have
+    the same keys; the note says to set the mode for them (no reference model)."""
+    if kind == "grpo":
+        rec.facts["training_mode"] = "grpo"
+        for key in ("num_generations", "max_prompt_length", "max_completion_length"):
+            if rec.get(key) is not None:
+                rec.contributions.append(Contribution(f"training.{key}", positive_int(rec, key), rec.file, key))
+        for key in ("beta", "vllm_gpu_memory_utilization"):
+            if isinstance(rec.get(key), (int, float)) and not isinstance(rec.get(key), bool):
+                rec.set(key, f"training.{key}", float(rec.get(key)))
+        for key in ("use_vllm", "vllm_enable_sleep_mode"):
+            if isinstance(rec.get(key), bool):
+                rec.set(key, f"training.{key}", rec.get(key))
+        if rec.get("vllm_mode") in ("colocate", "server"):
+            rec.set("vllm_mode", "training.vllm_mode", rec.get("vllm_mode"))
+        return
     if kind != "preference":
         return
-    rec.facts["rows_per_example"] = 2
-    if rec.get("precompute_ref_log_probs") is not None:
-        rec.neutral("precompute_ref_log_probs")
+    rec.facts["training_mode"] = "dpo"
+    if isinstance(rec.get("beta"), (int, float)) and not isinstance(rec.get("beta"), bool):
+        rec.set("beta", "training.beta", float(rec.get("beta")))
+    if isinstance(rec.get("precompute_ref_log_probs"), bool):
+        rec.set("precompute_ref_log_probs", "training.precompute_ref_log_probs", rec.get("precompute_ref_log_probs"))
+    if isinstance(rec.get("loss_type"), str):
+        rec.set("loss_type", "training.loss_type", rec.get("loss_type"))
     rec.notes.append(
-        f"{rec.file}: DPO/ORPO (TRL 1.16) forward chosen and rejected together: a micro-batch of N pairs is 2N rows. "
-        "A DPO reference model (full fine-tuning, no precompute_ref_log_probs) keeps another copy of the weights: "
-        "not counted"
+        f"{rec.file}: a preference config (beta with DPO keys): trainmem simulates TRL 1.16's DPOTrainer "
+        "(chosen and rejected rows in one forward, a reference model unless PEFT or precomputed log-probs); "
+        "for ORPO, CPO or SimPO (no reference model) set training.mode"
     )
