@@ -11,7 +11,7 @@ Defaults are read from the sources of the pinned versions:
 
 What a "batch" counts differs by trainer (TRL 1.16): DPO and ORPO forward the chosen and the
 rejected completion of each pair together (``dpo_trainer.py`` concatenates them along the batch),
-so a micro-batch of N pairs is 2N rows; GRPO's ``per_device_train_batch_size`` counts completions.
+so the readers set ``training.mode`` and a micro-batch counts pairs; GRPO's ``per_device_train_batch_size`` counts completions.
 """
 
 from __future__ import annotations
