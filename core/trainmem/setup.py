@@ -25,7 +25,6 @@ from pydantic import (
     PositiveInt,
     Tag,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -838,13 +837,6 @@ class Setup(StrictModel):
         "token_classification, masked_lm or embedding (contrastive, in-batch negatives) for encoders.",
     )
 
-    @model_serializer(mode="wrap")
-    def _omit_default_task(self, handler: Any) -> Any:
-        """A setup that names no head serialises as before the ``task`` field existed (corpus lines, links)."""
-        data = handler(self)
-        if isinstance(data, dict) and self.task == Task():
-            data.pop("task", None)
-        return data
     images: Optional[ImageInputs] = Field(
         default=None,
         description="Vision-language models: images (and Qwen-VL videos) per sample and their size in pixels; "
