@@ -458,6 +458,10 @@ CASES: list[dict[str, Any]] = [
          implementation="for-loop", extra={"batch": "padded_masked"},
          description="Padded rows with an attention_mask on a grouped-query model: the mask rules out enable_gqa, "
          "K and V are repeated to all heads"),
+    case("llama-14m-ampbf16-adamw-ckpt-padmask-b4-s256", LLAMA_14M, batch=4, seq=256, precision="amp-bf16",
+         implementation="for-loop", checkpointing="full", extra={"batch": "padded_masked"},
+         description="Padded rows with an attention_mask under full checkpointing (GQA): the boolean mask lives "
+         "until backward, each recomputed layer rebuilds its additive copy and repeated K/V"),
     case("llama-14m-mha-fp32-adamw-eager-padmask-b2-s256", LLAMA_14M_MHA, batch=2, seq=256, attention="eager",
          implementation="for-loop", extra={"batch": "padded_masked"},
          description="Padded rows with an attention_mask and eager attention"),
