@@ -465,6 +465,10 @@ CASES: list[dict[str, Any]] = [
     case("llama-14m-mha-fp32-adamw-eager-padmask-b2-s256", LLAMA_14M_MHA, batch=2, seq=256, attention="eager",
          implementation="for-loop", extra={"batch": "padded_masked"},
          description="Padded rows with an attention_mask and eager attention"),
+    case("tinyllama-ampbf16-adamw-padmask-b2-s1024-fake", "tinyllama-1.1b", batch=2, seq=1024,
+         precision="amp-bf16", implementation="for-loop", fake=True, extra={"batch": "padded_masked"},
+         description="TinyLlama (GQA) on fake tensors, padded rows with an attention_mask: 22 layers' additive "
+         "(2, 1, 1024, 1024) masks and repeated K/V kept for backward"),
     # ---------------------------------------------------------------- hybrid linear attention (Qwen3-Next)
     case("qwen3next-small-fp32-adamw-b2-s256", QWEN3_NEXT_SMALL, batch=2, seq=256,
          description="Gated DeltaNet (torch fallback: chunked gated delta rule, causal conv1d) and gated attention."),

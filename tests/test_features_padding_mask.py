@@ -80,6 +80,14 @@ def test_kernels_without_an_sdpa_mask_only_add_the_input(attention):
     assert peak(masked) - peak(padded) == (4 * 256 * 8 if device == "cpu" else 512 * ((4 * 256 * 8 + 511) // 512))
 
 
+def test_the_report_says_what_is_not_modelled():
+    flash = trainmem.estimate(
+        {"model": "llama-3-8b", "attention": "flash_attention_2", "batch": "padded_masked"}, suggestions=False
+    )
+    assert any("unpads" in warning for warning in flash.warnings)
+    assert not any("attention_mask" in w for w in trainmem.estimate(setup(batch="padded_masked"), suggestions=False).warnings)
+
+
 def test_a_masked_batch_costs_several_percent_on_a_gqa_model_without_checkpointing():
     plain = {"model": "tinyllama-1.1b", "micro_batch_size": 4, "sequence_length": 2048}
     padded = trainmem.estimate(plain, suggestions=False).peak_allocated_bytes
@@ -108,7 +116,7 @@ def test_an_unknown_batch_kind_names_the_field():
 
 def test_the_measured_cases_replay_to_within_a_few_bytes():
     cases = [case for case in load_corpus() if "padmask" in case.id]
-    assert len(cases) >= 4
+    assert len(cases) >= 5
     for case in cases:
         predicted = trainmem.estimate(case.setup, suggestions=False).peak_allocated_bytes
         # the residue every tiny Llama case shares (12 bytes; + b·s·2 bytes under full checkpointing)

@@ -43,3 +43,17 @@ def mask_bytes(setup) -> int:
     if not padding_mask(setup):
         return 0
     return setup.micro_batch_size * setup.sequence_length * setup.sequence_length
+
+
+def padding_warnings(setup) -> list[str]:
+    """What a masked batch leaves out, said in the report."""
+    if setup.batch != "padded_masked":
+        return []
+    if setup.attention == "flash_attention_2":
+        return [
+            "flash_attention_2 with an attention_mask unpads q, k and v (gathered copies of the real tokens): "
+            "not modelled, counted as unpadded rows."
+        ]
+    if setup.attention == "sdpa-math":
+        return ["SDPA's math path with a padding mask is not modelled: only the attention_mask input is added."]
+    return []
