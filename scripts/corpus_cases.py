@@ -449,6 +449,26 @@ CASES: list[dict[str, Any]] = [
          extra={"batch": "packed", "packed_sequences": 8},
          description="TinyLlama (GQA) on fake tensors, a packed row of 8 sequences in 4096 tokens under full "
          "checkpointing: the block-diagonal mask and the repeated K/V in every recomputed layer"),
+    # ---------------------------------------------------------------- padded rows with an attention_mask (issue 10)
+    case("llama-14m-mha-ampbf16-adamw-padmask-b4-s256", LLAMA_14M_MHA, batch=4, seq=256, precision="amp-bf16",
+         implementation="for-loop", extra={"batch": "padded_masked"},
+         description="Padded rows passed with an attention_mask of trailing zeros (right padding): transformers "
+         "builds a (4, 1, 256, 256) boolean mask instead of is_causal"),
+    case("llama-14m-ampbf16-adamw-padmask-b4-s256", LLAMA_14M, batch=4, seq=256, precision="amp-bf16",
+         implementation="for-loop", extra={"batch": "padded_masked"},
+         description="Padded rows with an attention_mask on a grouped-query model: the mask rules out enable_gqa, "
+         "K and V are repeated to all heads"),
+    case("llama-14m-ampbf16-adamw-ckpt-padmask-b4-s256", LLAMA_14M, batch=4, seq=256, precision="amp-bf16",
+         implementation="for-loop", checkpointing="full", extra={"batch": "padded_masked"},
+         description="Padded rows with an attention_mask under full checkpointing (GQA): the boolean mask lives "
+         "until backward, each recomputed layer rebuilds its additive copy and repeated K/V"),
+    case("llama-14m-mha-fp32-adamw-eager-padmask-b2-s256", LLAMA_14M_MHA, batch=2, seq=256, attention="eager",
+         implementation="for-loop", extra={"batch": "padded_masked"},
+         description="Padded rows with an attention_mask and eager attention"),
+    case("tinyllama-ampbf16-adamw-padmask-b2-s1024-fake", "tinyllama-1.1b", batch=2, seq=1024,
+         precision="amp-bf16", implementation="for-loop", fake=True, extra={"batch": "padded_masked"},
+         description="TinyLlama (GQA) on fake tensors, padded rows with an attention_mask: 22 layers' additive "
+         "(2, 1, 1024, 1024) masks and repeated K/V kept for backward"),
     # ---------------------------------------------------------------- hybrid linear attention (Qwen3-Next)
     case("qwen3next-small-fp32-adamw-b2-s256", QWEN3_NEXT_SMALL, batch=2, seq=256,
          description="Gated DeltaNet (torch fallback: chunked gated delta rule, causal conv1d) and gated attention."),

@@ -274,6 +274,9 @@ def _warnings(plan: Plan, gpu) -> list[str]:
     from .training.phases import training_warnings
 
     warnings += training_warnings(plan)
+    from .padding_mask import padding_warnings
+
+    warnings += padding_warnings(setup)
     if plan.optimizer.paged:
         warnings.append(
             "A paged optimizer keeps its states in unified memory and can evict them to the CPU under "

@@ -58,6 +58,8 @@ def mask_bytes(setup) -> int:
 
 
 def check_packing(setup) -> None:
+    if setup.batch == "padded_masked" and setup.parallelism.context_parallel_size > 1:
+        raise FieldError("batch", "padded batches with an attention_mask under context parallelism are not modelled")
     if setup.batch != "packed":
         return
     tokens = setup.micro_batch_size * setup.sequence_length

@@ -800,9 +800,11 @@ class Setup(StrictModel):
         description="sdpa/flash_attention_2: fused kernels, no s×s scores; eager and sdpa-math (SDPA's fallback, "
         "e.g. on CPU with attention dropout) materialise the scores.",
     )
-    batch: Literal["padded", "packed"] = Field(
+    batch: Literal["padded", "padded_masked", "packed"] = Field(
         default="padded",
-        description="padded: micro_batch_size rows of sequence_length tokens (no padding mask modelled); packed: "
+        description="padded: micro_batch_size rows of sequence_length tokens, no attention_mask (causal only); "
+        "padded_masked: the same rows passed with an attention_mask holding padding zeros, as a padding collator "
+        "gives them (a 4-D mask instead of is_causal, trainmem.padding_mask); packed: "
         "sequence packing / padding-free, one row of micro_batch_size × sequence_length tokens whose position_ids "
         "restart at each of packed_sequences sequences (trainmem.packing).",
     )

@@ -32,7 +32,7 @@ from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .heads import encoder_buffer_bytes, trace_encoder_embedding, trace_task_head
 from .tasks import encoded_sequences, label_bytes
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
-from . import packing
+from . import packing, padding_mask
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
@@ -111,8 +111,9 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
         experts_per_token=arch.num_experts_per_tok if arch.is_moe else 0,
         local_experts=arch.num_experts // parallel.expert_parallel_size if arch.is_moe else 0,
         shared_intermediate=arch.shared_expert_intermediate_size // tp,
-        attention_mask=_materialised_mask(arch, setup.sequence_length) or packing.packed_mask(setup),
-        packed_row=packing.packed_mask(setup),
+        attention_mask=_materialised_mask(arch, setup.sequence_length) or packing.packed_mask(setup)
+        or padding_mask.padding_mask(setup),
+        packed_row=packing.packed_mask(setup) or padding_mask.padding_mask(setup),
     )
 
 
@@ -561,9 +562,12 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     account.set(
         "activations",
         "input batch",
-        _input_batch_bytes(plan) + rounded(packing.position_ids_bytes(setup), plan.device),
+        _input_batch_bytes(plan)
+        + rounded(packing.position_ids_bytes(setup), plan.device)
+        + rounded(padding_mask.attention_mask_input_bytes(setup), plan.device),
         ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm" else "token ids and labels (int64)")
-        + (", and the packed row's position_ids" if setup.batch == "packed" else ""),
+        + (", and the packed row's position_ids" if setup.batch == "packed" else "")
+        + (", and the collator's attention_mask (int64)" if setup.batch == "padded_masked" else ""),
     )
     account.set("activations", "pixel values", vision_step.pixel_values_bytes(plan), "the processor's fp32 pixel_values")
     account.record("step start", "start", 1)
@@ -743,6 +747,8 @@ def _micro_batch(
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
     if packing.packed_mask(plan.setup):
         account.set("activations", "packed-row attention mask", rounded(packing.mask_bytes(plan.setup), plan.device), packing.MASK_DETAIL)
+    if padding_mask.padding_mask(plan.setup):
+        account.set("activations", "padding attention mask", rounded(padding_mask.mask_bytes(plan.setup), plan.device), padding_mask.MASK_DETAIL)
     account.set("parameters", "FSDP root unit (unsharded)", fsdp.root_unit_bytes(plan, stage), fsdp.ROOT_DETAIL)
     if zero3_keeps:
         account.set("parameters", "persistent gathered parameters", 0)  # among the kept ones now
@@ -802,6 +808,8 @@ def _micro_batch(
 
     if packing.packed_mask(plan.setup) and plan.setup.activation_checkpointing != "full":
         account.set("activations", "packed-row attention mask", 0)  # freed when the decoder's forward returns
+    if padding_mask.padding_mask(plan.setup) and plan.setup.activation_checkpointing != "full":
+        account.set("activations", "padding attention mask", 0)
     # ---- loss, and the start of backward
     head = traces.head
     if head is not None:
@@ -968,6 +976,8 @@ def _micro_batch(
     account.set("activations", "rotary cos/sin", 0)
     if packing.packed_mask(plan.setup):
         account.set("activations", "packed-row attention mask", 0)
+    if padding_mask.padding_mask(plan.setup):
+        account.set("activations", "padding attention mask", 0)
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("parameters", copies_name, 0)

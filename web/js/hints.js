@@ -143,7 +143,7 @@ export const FIELDS = {
   "finetuning.lora.lora_dropout": { label: "LoRA dropout", showIf: (s) => s.finetuning?.method !== "full" },
   "finetuning.lora.modules_to_save": { label: "Modules to save (trained copies)", showIf: (s) => s.finetuning?.method !== "full" },
   "finetuning.lora.use_dora": { label: "DoRA", showIf: (s) => s.finetuning?.method !== "full" },
-  batch: { label: "Batch layout", options: { padded: "Padded rows", packed: "Packed row (padding-free)" } },
+  batch: { label: "Batch layout", options: { padded: "Padded rows", padded_masked: "Padded rows with an attention mask", packed: "Packed row (padding-free)" } },
   packed_sequences: { label: "Sequences per packed row", showIf: (s) => s.batch === "packed" },
   "finetuning.quantization": { showIf: (s) => s.finetuning?.method === "qlora" },
   "finetuning.quantization.bits": { label: "Quantized bits" },

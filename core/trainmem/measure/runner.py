@@ -217,7 +217,18 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
     step = TrainingStep(setup, model, optimizer.optimizer, batch)
     if setup.batch == "packed":
         step.forward_kwargs["position_ids"] = packed_position_ids(row_tokens, setup.packed_sequences, device)
+    if setup.batch == "padded_masked":
+        step.forward_kwargs["attention_mask"] = right_padding_mask(rows, row_tokens, device)
     return _Run(model, trainable, optimizer, step)
+
+
+def right_padding_mask(rows: int, tokens: int, device: torch.device) -> torch.Tensor:
+    """(rows, tokens) int64 ones whose row ``i`` ends in ``i + 1`` zeros (at most half the row): right padding,
+    as DataCollatorWithPadding / DataCollatorForLanguageModeling write it."""
+    mask = torch.ones(rows, tokens, dtype=torch.long, device=device)
+    for row in range(rows):
+        mask[row, tokens - min(row + 1, tokens // 2):] = 0
+    return mask
 
 
 def packed_position_ids(tokens: int, sequences: int, device: torch.device) -> torch.Tensor:
@@ -335,6 +346,8 @@ def default_case_id(setup: Setup, fake: bool) -> str:
         parts.append(f"lora-r{setup.finetuning.lora.r}")
     if setup.batch == "packed":
         parts.append(f"packed{setup.packed_sequences}")
+    if setup.batch == "padded_masked":
+        parts.append("padmask")
     if not setup.training.is_supervised:
         parts.insert(0, f"trl-{setup.training.mode}")
     if fake:
