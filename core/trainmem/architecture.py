@@ -197,6 +197,19 @@ class Architecture(FrozenModel):
         default="causal_lm", description="The head trained on top (tasks.py); set from Setup.task."
     )
     num_labels: PositiveInt = Field(default=2, description="Classes of a classification head.")
+    # ---- ModernBERT (models/modernbert.py)
+    norm_bias: bool = Field(default=True, description="LayerNorms have a bias (ModernBERT's norm_bias: false).")
+    first_layer_attention_norm: bool = Field(
+        default=True, description="False: layer 0's attention norm is an Identity (ModernBERT's attn_norm)."
+    )
+    layer_attention_norm: bool = Field(default=True, description="Set on a layer kind (see layer_kinds): its attention norm.")
+    mlp_dropout: float = Probability
+    classifier_pooling: Literal["cls", "mean"] = Field(
+        default="cls", description="ModernBERT's sequence head reads the first token (cls) or the mean over the sequence."
+    )
+    classifier_bias: bool = Field(default=True, description="ModernBERT's prediction head dense layer has a bias.")
+    classifier_activation: str = Field(default="gelu", description="ModernBERT's prediction head activation.")
+    decoder_bias: bool = Field(default=True, description="ModernBERT's MLM decoder has a bias.")
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
@@ -278,19 +291,22 @@ class Architecture(FrozenModel):
         """
         sliding = frozenset(self.window_layers())
         linear = frozenset(self.linear_attention_layers)
-        if not self.dense_layers and not self.nope_layers and not sliding and not linear:
+        bare_first = not self.first_layer_attention_norm
+        if not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first:
             return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
         dense, nope = frozenset(self.dense_layers), frozenset(self.nope_layers)
-        signatures: dict[tuple[bool, bool, bool, bool], list[int]] = {}
+        signatures: dict[tuple[bool, bool, bool, bool, bool], list[int]] = {}
         for index in range(self.num_hidden_layers):
-            signatures.setdefault((index in dense, index in nope, index in sliding, index in linear), []).append(index)
+            signature = (index in dense, index in nope, index in sliding, index in linear, bare_first and index == 0)
+            signatures.setdefault(signature, []).append(index)
         base = {
             "dense_layers": (), "dense_intermediate_size": None, "nope_layers": (), "sliding_layers": (),
             "linear_attention_layers": (),
         }
         kinds = []
-        for (is_dense, is_nope, is_sliding, is_linear), indices in signatures.items():
+        for (is_dense, is_nope, is_sliding, is_linear, is_bare), indices in signatures.items():
             update = dict(base)
+            update["layer_attention_norm"] = not is_bare
             update["layer_sliding"] = is_sliding
             update["layer_linear_attention"] = is_linear
             if is_dense:

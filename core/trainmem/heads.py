@@ -237,17 +237,22 @@ def trace_encoder_embedding(
         tape.release(type_ids)
         summed = tape.add(words, types)
         locals_.append(types)
-    position_weight = table(names.embed_positions, arch.max_position_embeddings)
-    positions = tape.new(position_rows * h, dtype, position_weight.requires_grad)
-    tape.record("embedding", [position_ids], [position_weight], [positions])
-    tape.release(position_ids)
-    total = tape.add(summed, positions)
-    if summed is not words:
-        tape.release(summed)
-    locals_.append(positions)
+    if arch.position_embedding == "learned":
+        position_weight = table(names.embed_positions, arch.max_position_embeddings)
+        positions = tape.new(position_rows * h, dtype, position_weight.requires_grad)
+        tape.record("embedding", [position_ids], [position_weight], [positions])
+        tape.release(position_ids)
+        total = tape.add(summed, positions)
+        if summed is not words:
+            tape.release(summed)
+        locals_.append(positions)
+    else:  # ModernBERT: RoPE in the layers, the norm reads the token embeddings
+        total = summed
+        locals_.remove(words)
     out = total
     if arch.embedding_norm:
-        out = tape.layer_norm(total, tokens, table(names.embedding_norm, 1), table(names.embedding_norm, 1))
+        norm_bias = table(names.embedding_norm, 1) if arch.norm_bias else None
+        out = tape.layer_norm(total, tokens, table(names.embedding_norm, 1), norm_bias)
         tape.release(total)
     dropped = tape.dropout(out, arch.embedding_dropout)
     if dropped is not out:

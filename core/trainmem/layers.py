@@ -119,7 +119,7 @@ class LayerProgram:
     def norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
         if self.arch.norm == "layernorm":
             weight = self.parameter(module, width)
-            bias = self.parameter(module, width)
+            bias = self.parameter(module, width) if self.arch.norm_bias else None
             return self.tape.layer_norm(x, rows, weight, bias)
         return self.rms_norm(module, x, rows, width)
 

@@ -95,7 +95,7 @@ def contrastive_loss(hidden: torch.Tensor, attention_mask: torch.Tensor, pairs: 
 
 def head_module(model: torch.nn.Module) -> Optional[torch.nn.Module]:
     """The first module of the task head, for the ``forward head`` marker (None: the bare encoder)."""
-    for name in ("pooler", "pre_classifier", "classifier", "cls", "lm_head", "vocab_transform"):
+    for name in ("final_norm", "pooler", "pre_classifier", "classifier", "cls", "lm_head", "vocab_transform"):
         for module_name, module in model.named_modules():
             if module_name.rsplit(".", 1)[-1] == name and module is not None:
                 return module

@@ -34,6 +34,7 @@ from .gpt_oss import GptOss
 from .llama import Llama
 from .llama4 import Llama4Text
 from .mistral import Mistral, Mixtral
+from .modernbert import ModernBert
 from .olmo2 import Olmo2
 from .phi3 import Phi3
 from .qwen2 import Qwen2, Qwen2Moe
@@ -69,6 +70,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Roberta,
     XLMRoberta,
     DistilBert,
+    ModernBert,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}

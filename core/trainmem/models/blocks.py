@@ -118,7 +118,7 @@ def linear(module: str, group: str, in_features: int, out_features: int, bias: b
 def norm(module: str, arch: Architecture, size: int) -> list[ParameterTensor]:
     """RMSNorm (weight) or LayerNorm (weight and bias) over ``size`` features."""
     tensors = [ParameterTensor(f"{module}.weight", "norms", (size,))]
-    if arch.norm == "layernorm":
+    if arch.norm == "layernorm" and arch.norm_bias:
         tensors.append(ParameterTensor(f"{module}.bias", "norms", (size,)))
     return tensors
 
