@@ -47,6 +47,9 @@ SMALL = {
                     "num_attention_heads": 4, "intermediate_size": 128, "max_position_embeddings": 130},
     "distilbert": {"model_type": "distilbert", "vocab_size": 1000, "dim": 64, "n_layers": 2, "n_heads": 4,
                    "hidden_dim": 128, "max_position_embeddings": 128},
+    "modernbert": {"model_type": "modernbert", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 4,
+                   "num_attention_heads": 4, "intermediate_size": 96, "local_attention": 32, "pad_token_id": 0,
+                   "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2},
     "bert-untied": {"model_type": "bert", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 1,
                     "num_attention_heads": 4, "intermediate_size": 128, "tie_word_embeddings": False},
 }

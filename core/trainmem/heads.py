@@ -286,7 +286,7 @@ def encoder_buffer_bytes(arch: Architecture, device: str) -> int:
     the first. Not cast with the model (integers)."""
     from .allocator import rounded
 
-    if not arch.bidirectional:
-        return 0
+    if not arch.bidirectional or arch.position_embedding != "learned":
+        return 0  # ModernBERT: position ids made per forward (arange), RoPE's inv_freq buffers instead
     buffers = 2 if arch.type_vocab_size else 1
     return buffers * rounded(arch.max_position_embeddings * 8, device)

@@ -532,6 +532,7 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
     buffers_detail = (
         "position_ids and token_type_ids (int64)"
         if plan.architecture is not None and plan.architecture.bidirectional
+        and plan.architecture.position_embedding == "learned"
         else "RoPE inv_freq and original_inv_freq"
     )
     account.set("parameters", "buffers", _buffer_bytes(plan), buffers_detail)
