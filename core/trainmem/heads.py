@@ -78,14 +78,21 @@ class EncoderLayerProgram(LayerProgram):
         return dropped
 
     # ------------------------------------------------------------------ the heads
-    def head_parameter(self, numel: int) -> Sym:
-        """A weight of the task head (the ``lm_head`` group)."""
-        return Sym(numel, self.kernels.weight_dtype, self.trainability.trains(self.names.lm_head), "parameter")
+    def head_trains(self, module: Optional[str] = None) -> bool:
+        """Whether a module of the task head trains: the ``lm_head`` group's rule, or under LoRA the module's
+        own (PEFT's ``modules_to_save`` copies, e.g. the classifier a ``SEQ_CLS`` task type adds)."""
+        if self.kernels.lora_rank and module:
+            return self.trainability.trains(module)
+        return self.trainability.trains(self.names.lm_head)
 
-    def head_linear(self, x: Sym, in_features: int, out_features: int) -> Sym:
-        weight = self.head_parameter(in_features * out_features)
-        bias = self.head_parameter(out_features)
-        return self.tape.linear(x, weight, out_features, bias)
+    def head_parameter(self, numel: int, module: Optional[str] = None) -> Sym:
+        """A weight of the task head (the ``lm_head`` group)."""
+        return Sym(numel, self.kernels.weight_dtype, self.head_trains(module), "parameter")
+
+    def head_linear(self, x: Sym, in_features: int, out_features: int, module: Optional[str] = None, bias: bool = True) -> Sym:
+        weight = self.head_parameter(in_features * out_features, module)
+        bias_param = self.head_parameter(out_features, module) if bias else None
+        return self.tape.linear(x, weight, out_features, bias_param)
 
     def task_head(self, x: Sym) -> Sym:
         """The head of ``arch.task`` on the last layer's output ``x`` (b·s·h); returns the loss."""
@@ -99,7 +106,7 @@ class EncoderLayerProgram(LayerProgram):
             return loss
         if task == "token_classification":
             dropped = tape.dropout(x, self.family.head_dropout(arch, task))
-            logits = self.head_linear(dropped, h, arch.num_labels)
+            logits = self.head_linear(dropped, h, arch.num_labels, self.names.classifier)
             if dropped is not x:
                 tape.release(dropped)
             loss = self._cross_entropy(logits, tokens)
@@ -118,18 +125,19 @@ class EncoderLayerProgram(LayerProgram):
         p = self.family.head_dropout(arch, "sequence_classification")
         if style == "classification_head":  # RoBERTa: dropout, dense, tanh, dropout, out_proj
             dropped = tape.dropout(first, p)
-            dense = self.head_linear(dropped, h, h)
+            dense = self.head_linear(dropped, h, h, self.names.classification_dense)
             if dropped is not first:
                 tape.release(dropped)
             activated = tape.unary_saving_result("tanh", dense)
         else:  # BERT's pooler (dense, tanh) or DistilBERT's pre_classifier (dense, ReLU)
-            dense = self.head_linear(first, h, h)
+            module = self.names.pooler if style == "pooler" else self.names.classification_dense
+            dense = self.head_linear(first, h, h, module)
             activated = tape.unary_saving_result("tanh" if style == "pooler" else "relu", dense)
         tape.release(dense)
         dropped = tape.dropout(activated, p)
         if dropped is not activated:
             tape.release(activated)
-        logits = self.head_linear(dropped, h, arch.num_labels)
+        logits = self.head_linear(dropped, h, arch.num_labels, self.names.classifier)
         tape.release(dropped)
         return logits
 
@@ -138,15 +146,15 @@ class EncoderLayerProgram(LayerProgram):
         bias; ``CrossEntropyLoss`` over ``prediction_scores.view(-1, vocab_size)``."""
         arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
         h, tokens = shape.hidden, shape.tokens
-        dense = self.head_linear(x, h, h)
+        dense = self.head_linear(x, h, h, names.mlm_transform)
         activated = tape.unary_saving_input(arch.hidden_act, dense)
         tape.release(dense)
-        weight, bias = self.head_parameter(h), self.head_parameter(h)
+        weight, bias = self.head_parameter(h, names.mlm_norm), self.head_parameter(h, names.mlm_norm)
         normed = tape.layer_norm(activated, tokens, weight, bias)
         tape.release(activated)
         decoder_trains = self.trainability.trains(names.embed_tokens if arch.tie_word_embeddings else names.lm_head)
         decoder = Sym(arch.vocab_size * h, self.kernels.weight_dtype, decoder_trains, "parameter")
-        logits = tape.linear(normed, decoder, arch.vocab_size, self.head_parameter(arch.vocab_size))
+        logits = tape.linear(normed, decoder, arch.vocab_size, self.head_parameter(arch.vocab_size, names.mlm_decoder))
         tape.release(normed)
         loss = self._cross_entropy(logits, tokens)
         tape.release(logits)

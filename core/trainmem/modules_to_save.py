@@ -36,12 +36,21 @@ def _matches(module: str, target: str) -> bool:
     return any(path.endswith(target) or target.endswith("." + path) for path in _prefixes(module))
 
 
-def saved_tensor_names(targets: list[str], inventory: ModelInventory, lm_head: str = "lm_head") -> frozenset[str]:
+def saved_tensor_names(
+    targets: list[str], inventory: ModelInventory, lm_head: str = "lm_head", implicit: tuple[str, ...] = ()
+) -> frozenset[str]:
     """Names of the inventory tensors (embedding, layer and head scopes) that ``targets`` copy and train.
+
+    ``implicit``: targets PEFT adds itself for the task type (``tasks.peft_task_modules_to_save``:
+    ``classifier``, ``score``); each may match nothing.
 
     Raises FieldError (``finetuning.lora.modules_to_save``) for a target that matches nothing, names one
     layer, or meets tied embeddings.
     """
+    if implicit:
+        scopes_all = [*inventory.embedding, *inventory.head, *(t for g in inventory.layer_groups for t in g.tensors)]
+        present = [target for target in implicit if any(_matches(t.module, target) for t in scopes_all)]
+        targets = [*targets, *(target for target in present if target not in targets)]
     if not targets:
         return frozenset()
     scopes: list[ParameterTensor] = [*inventory.embedding, *inventory.head]

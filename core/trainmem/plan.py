@@ -171,11 +171,15 @@ class Plan:
     @cached_property
     def saved_module_tensors(self) -> frozenset[str]:
         """Tensor names PEFT's ``modules_to_save`` trains as full copies (``trainmem.modules_to_save``)."""
-        if not self.lora or self.inventory is None or not self.finetuning.lora.modules_to_save:
+        if not self.lora or self.inventory is None:
             return frozenset()
         from .modules_to_save import check_no_adapter_overlap, saved_tensor_names
+        from .tasks import peft_task_modules_to_save
 
-        saved = saved_tensor_names(self.finetuning.lora.modules_to_save, self.inventory)
+        implicit = peft_task_modules_to_save(self.architecture) if self.architecture is not None else ()
+        if not self.finetuning.lora.modules_to_save and not implicit:
+            return frozenset()
+        saved = saved_tensor_names(self.finetuning.lora.modules_to_save, self.inventory, implicit=implicit)
         check_no_adapter_overlap(saved, self.lora_targets.modules if self.lora_targets else frozenset())
         return saved
 

@@ -935,7 +935,11 @@ class Setup(StrictModel):
         inventory = build_inventory(architecture)
         targets = resolve_lora_targets(self.finetuning.lora, family_for(architecture), inventory)
         check_dora(self, targets)
-        saved = saved_tensor_names(self.finetuning.lora.modules_to_save, inventory)
+        from .tasks import peft_task_modules_to_save
+
+        saved = saved_tensor_names(
+            self.finetuning.lora.modules_to_save, inventory, implicit=peft_task_modules_to_save(architecture)
+        )
         check_no_adapter_overlap(saved, targets.modules)
         check_quantized_base(saved, inventory, self.finetuning.method)
 

@@ -95,15 +95,40 @@ def apply_task(arch: Architecture, task: Task, field: str = "task.kind") -> Arch
 
 
 def check_finetuning(arch: Architecture, method: str) -> None:
-    """LoRA on an encoder's head is not modelled yet: PEFT's ``SEQ_CLS``/``TOKEN_CLS`` task types keep a
-    trainable copy of the classifier (``modules_to_save``) next to the frozen original, which the plan
-    does not represent. Refused with a one-line error rather than a silently wrong number."""
-    if arch.bidirectional and method in ("lora", "qlora"):
-        raise FieldError(
-            "finetuning.method",
-            f"{method} on an encoder ({arch.model_type}, task {arch.task}) is not modelled yet; "
-            "use full fine-tuning, optionally with finetuning.frozen groups",
-        )
+    """LoRA and QLoRA on an encoder are modelled as PEFT runs them with the task type of the head
+    (:func:`peft_task_type`); nothing is refused here any more. Kept as the hook where a head whose
+    PEFT behaviour is not modelled would be refused in one line naming ``finetuning.method``."""
+    return None
+
+
+PEFT_TASK_TYPES = {
+    "causal_lm": "CAUSAL_LM",
+    "sequence_classification": "SEQ_CLS",
+    "token_classification": "TOKEN_CLS",
+    "embedding": "FEATURE_EXTRACTION",
+    "masked_lm": None,
+}
+"""The ``LoraConfig.task_type`` trainmem assumes for each head (peft 0.21 has no masked-LM task type:
+``get_peft_model`` then returns a plain ``PeftModel``)."""
+
+PEFT_CLASSIFIER_MODULES = ("classifier", "score")
+"""peft 0.21 ``PeftModelForSequenceClassification.__init__`` / ``PeftModelForTokenClassification.__init__``:
+``classifier_module_names = ["classifier", "score"]`` are appended to ``modules_to_save``, so every module
+whose path ends with one of them is copied and trained next to its frozen original (BERT's ``classifier``;
+RoBERTa's whole ``classifier`` head, dense and out_proj; DistilBERT's ``pre_classifier`` and ``classifier``,
+since the match is a plain string suffix; ModernBERT's ``classifier``, its prediction head stays frozen)."""
+
+
+def peft_task_type(arch: Architecture) -> Optional[str]:
+    """The PEFT task type of the head ``arch`` trains (see :data:`PEFT_TASK_TYPES`)."""
+    return PEFT_TASK_TYPES.get(arch.task, "CAUSAL_LM")
+
+
+def peft_task_modules_to_save(arch: Architecture) -> tuple[str, ...]:
+    """``modules_to_save`` entries PEFT adds for the head's task type (matched only where they exist)."""
+    if peft_task_type(arch) in ("SEQ_CLS", "TOKEN_CLS") and arch.bidirectional:
+        return PEFT_CLASSIFIER_MODULES
+    return ()
 
 
 def task_description(arch: Architecture) -> str:

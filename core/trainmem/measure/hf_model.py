@@ -156,6 +156,14 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
     return model
 
 
+def _peft_task_type(setup: Setup) -> "str | None":
+    """``CAUSAL_LM``, or the task type of an encoder's head (``trainmem.tasks.peft_task_type``)."""
+    from ..tasks import peft_task_type
+
+    architecture = setup.architecture()
+    return "CAUSAL_LM" if architecture is None else peft_task_type(architecture)
+
+
 def _add_lora(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
     from peft import LoraConfig, get_peft_model
 
@@ -166,7 +174,7 @@ def _add_lora(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
         r=lora.r,
         target_modules=target,
         lora_dropout=lora.lora_dropout,
-        task_type="CAUSAL_LM",
+        task_type=_peft_task_type(setup),
         modules_to_save=list(lora.modules_to_save) or None,
         use_dora=lora.use_dora,
     )

@@ -54,7 +54,8 @@ class EncoderNames(ModuleNames):
     mlm_bias: str = "cls.predictions.bias"
 
     def module_paths(self) -> tuple[str, ...]:
-        return (*super().module_paths(), self.embed_token_types, self.embedding_norm, self.intermediate, self.output)
+        heads = (self.pooler, self.classifier, self.classification_dense, self.mlm_transform, self.mlm_norm, self.mlm_decoder)
+        return (*super().module_paths(), self.embed_token_types, self.embedding_norm, self.intermediate, self.output, *heads)
 
 
 BERT_NAMES = EncoderNames(

@@ -263,10 +263,6 @@ class ModernBertLayerProgram(EncoderLayerProgram):
         return out
 
     # ------------------------------------------------------------------ the heads
-    def head_linear(self, x: Sym, in_features: int, out_features: int, bias: bool = True) -> Sym:
-        weight = self.head_parameter(in_features * out_features)
-        return self.tape.linear(x, weight, out_features, self.head_parameter(out_features) if bias else None)
-
     def _head_norm(self, module: str, x: Sym, rows: int, trains: bool) -> Sym:
         width = self.shape.hidden
         weight = Sym(width, self.kernels.weight_dtype, trains, "parameter")
@@ -276,17 +272,17 @@ class ModernBertLayerProgram(EncoderLayerProgram):
     def _prediction_head(self, x: Sym, rows: int) -> Sym:
         """``ModernBertPredictionHead``: ``norm(act(dense(x)))``."""
         arch, tape, h = self.arch, self.tape, self.shape.hidden
-        dense = self.head_linear(x, h, h, arch.classifier_bias)
+        dense = self.head_linear(x, h, h, self.names.mlm_transform, arch.classifier_bias)
         activated = tape.unary_saving_input(arch.classifier_activation, dense)
         tape.release(dense)
-        out = self._head_norm(self.names.mlm_norm, activated, rows, self.trainability.trains(self.names.lm_head))
+        out = self._head_norm(self.names.mlm_norm, activated, rows, self.head_trains(self.names.mlm_norm))
         tape.release(activated)
         return out
 
     def task_head(self, x: Sym) -> Sym:
         arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
         h, batch, tokens = shape.hidden, shape.batch, shape.tokens
-        final = self._head_norm(names.final_norm, x, tokens, self.trainability.trains(names.final_norm))
+        final = self._head_norm(names.final_norm, x, tokens, self.trainability.trains(names.final_norm))  # norms group
         task = arch.task
         if task == "embedding":
             loss = self._contrastive(final)
@@ -311,7 +307,7 @@ class ModernBertLayerProgram(EncoderLayerProgram):
             return loss
         decoder_trains = self.trainability.trains(names.embed_tokens if arch.tie_word_embeddings else names.lm_head)
         decoder = Sym(arch.vocab_size * h, self.kernels.weight_dtype, decoder_trains, "parameter")
-        bias = self.head_parameter(arch.vocab_size) if arch.decoder_bias else None
+        bias = self.head_parameter(arch.vocab_size, names.mlm_decoder) if arch.decoder_bias else None
         logits = tape.linear(head, decoder, arch.vocab_size, bias)
         tape.release(head)
         logits32 = tape.to(logits, "fp32")  # ForMaskedLMLoss: logits.float()
@@ -325,7 +321,7 @@ class ModernBertLayerProgram(EncoderLayerProgram):
         dropped = tape.dropout(x, self.arch.classifier_dropout)
         if dropped is not x:
             tape.release(x)
-        logits = self.head_linear(dropped, self.shape.hidden, self.arch.num_labels)
+        logits = self.head_linear(dropped, self.shape.hidden, self.arch.num_labels, self.names.classifier)
         tape.release(dropped)
         return logits
 
