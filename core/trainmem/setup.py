@@ -932,6 +932,9 @@ class Setup(StrictModel):
         from .dora import check_dora
         from .modules_to_save import check_no_adapter_overlap, check_quantized_base, saved_tensor_names
 
+        from .tasks import check_lora_targets
+
+        check_lora_targets(architecture, self.finetuning.lora.target_modules)
         inventory = build_inventory(architecture)
         targets = resolve_lora_targets(self.finetuning.lora, family_for(architecture), inventory)
         check_dora(self, targets)
@@ -942,6 +945,9 @@ class Setup(StrictModel):
         )
         check_no_adapter_overlap(saved, targets.modules)
         check_quantized_base(saved, inventory, self.finetuning.method)
+        from .tasks import check_head_not_adapted
+
+        check_head_not_adapted(architecture, self.finetuning.lora.target_modules, list(inventory.head), saved)
 
     def pipeline_and_accumulation_mismatch(self) -> bool:
         return 1 < self.parallelism.pipeline_parallel_size > self.gradient_accumulation_steps

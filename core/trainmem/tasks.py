@@ -119,6 +119,41 @@ RoBERTa's whole ``classifier`` head, dense and out_proj; DistilBERT's ``pre_clas
 since the match is a plain string suffix; ModernBERT's ``classifier``, its prediction head stays frozen)."""
 
 
+def check_lora_targets(arch: Architecture, target_modules: object) -> None:
+    """``all-linear`` on an encoder with a task head is refused in one line: PEFT then also adapts the head's
+    linear layers (BERT's ``pooler.dense``, ModernBERT's ``head.dense``, the MLM transform), which trainmem's
+    adapters (decoder layers only) do not model, and with ``TOKEN_CLS`` peft 0.21 itself fails (it wraps the
+    adapted ``classifier`` in ``modules_to_save``: "modules_to_save cannot be applied to modules of type
+    Linear"). The bare encoder (``embedding``) has no head linears and is accepted."""
+    if arch.bidirectional and target_modules == "all-linear" and arch.task != "embedding":
+        raise FieldError(
+            "finetuning.lora.target_modules",
+            f"all-linear on an encoder's {arch.task} head also adapts the head's linear layers, which is not "
+            "modelled; list the layer modules instead (e.g. query, key, value, dense)",
+        )
+
+
+def check_head_not_adapted(arch: Architecture, target_modules: object, head: list, saved: frozenset[str]) -> None:
+    """A ``target_modules`` entry that also matches a linear layer of an encoder's task head (``dense`` matches
+    BERT's ``pooler.dense`` and the MLM ``transform.dense``) is refused in one line: PEFT would adapt it, and
+    trainmem's adapters sit in the encoder layers only. Modules PEFT copies (``modules_to_save``) are guarded
+    from adapters by PEFT itself, so they are skipped."""
+    if not arch.bidirectional or not isinstance(target_modules, (list, tuple)):
+        return
+    from .lora_targets import _matches
+
+    for tensor in head:
+        if tensor.linear_features is None or tensor.name in saved:
+            continue
+        hits = [target for target in target_modules if _matches(tensor.module, target)]
+        if hits:
+            raise FieldError(
+                "finetuning.lora.target_modules",
+                f"{hits[0]!r} also matches the head's {tensor.module}, an adapter trainmem does not model; "
+                "name the encoder layers' modules more precisely (e.g. attention.output.dense, output.dense)",
+            )
+
+
 def peft_task_type(arch: Architecture) -> Optional[str]:
     """The PEFT task type of the head ``arch`` trains (see :data:`PEFT_TASK_TYPES`)."""
     return PEFT_TASK_TYPES.get(arch.task, "CAUSAL_LM")
