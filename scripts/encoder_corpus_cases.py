@@ -16,6 +16,13 @@ ENCODER_COMMON = {"vocab_size": 8000, "hidden_size": 128, "num_hidden_layers": 2
 BERT_SMALL = {"model_type": "bert", **ENCODER_COMMON, "type_vocab_size": 2}
 BERT_SMALL_NO_DROPOUT = {**BERT_SMALL, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 ROBERTA_SMALL = {"model_type": "roberta", **ENCODER_COMMON, "type_vocab_size": 1, "pad_token_id": 1}
+MODERNBERT_SMALL = {"model_type": "modernbert", "vocab_size": 8000, "hidden_size": 128, "intermediate_size": 192,
+                    "num_hidden_layers": 4, "num_attention_heads": 4, "local_attention": 64,
+                    "global_attn_every_n_layers": 3, "max_position_embeddings": 1024, "classifier_pooling": "mean",
+                    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2}
+MODERNBERT_SMALL_CLS = {**MODERNBERT_SMALL, "classifier_pooling": "cls"}
+LORA_QV = {"method": "lora", "lora": {"r": 8}}
+LORA_MODERNBERT = {"method": "lora", "lora": {"r": 8, "target_modules": ["Wqkv", "Wo", "Wi"]}}
 DISTILBERT_SMALL = {"model_type": "distilbert", "vocab_size": 8000, "dim": 128, "n_layers": 2, "n_heads": 4,
                     "hidden_dim": 512, "max_position_embeddings": 512}
 
@@ -33,6 +40,7 @@ def encoder_case(
     num_labels: int = 3,
     fake: bool = False,
     description: str = "",
+    finetuning: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     model_spec = {"preset": model} if isinstance(model, str) else {"hf_config": dict(model)}
     setup = {
@@ -46,6 +54,8 @@ def encoder_case(
         "attention": attention,
         "runtime": {"device": "cpu"},
     }
+    if finetuning is not None:
+        setup["finetuning"] = finetuning
     return {"id": case_id, "description": description, "fake": fake, "setup": setup}
 
 
@@ -78,7 +88,39 @@ ENCODER_CASES: list[dict[str, Any]] = [
                  seq=256, description="pre_classifier, ReLU, dropout 0.2; no dropout on the attention output."),
     encoder_case("distilbert-small-ampbf16-tokcls-eager-b8-s256", DISTILBERT_SMALL, "token_classification", batch=8,
                  seq=256, precision="amp-bf16", attention="eager"),
+    # ---------------------------------------------------------------- ModernBERT: 4 layers (0 and 3 global), a
+    # 64-token local window (mask from 32 tokens on) under 256-token sequences
+    encoder_case("modernbert-small-fp32-seqcls-mean-sdpa-b4-s256", MODERNBERT_SMALL, "sequence_classification",
+                 batch=4, seq=256, description="ModernBertForSequenceClassification, mean pooling; local layers get "
+                 "SDPA's boolean sliding-window mask."),
+    encoder_case("modernbert-small-fp32-seqcls-cls-sdpa-b4-s128", MODERNBERT_SMALL_CLS, "sequence_classification",
+                 batch=4, seq=128),
+    encoder_case("modernbert-small-fp32-tokcls-eager-b4-s256", MODERNBERT_SMALL, "token_classification", batch=4,
+                 seq=256, attention="eager", num_labels=9,
+                 description="Eager: fp32 softmax, value copied out of the fused Wqkv output."),
+    encoder_case("modernbert-small-fp32-seqcls-ckpt-b4-s256", MODERNBERT_SMALL, "sequence_classification", batch=4,
+                 seq=256, checkpointing="full"),
+    encoder_case("modernbert-small-ampbf16-mlm-sdpa-b4-s256", MODERNBERT_SMALL, "masked_lm", batch=4, seq=256,
+                 precision="amp-bf16", description="ModernBertForMaskedLM: prediction head, tied decoder, fp32 logits."),
+    encoder_case("modernbert-small-ampbf16-mlm-eager-b4-s256", MODERNBERT_SMALL, "masked_lm", batch=4, seq=256,
+                 precision="amp-bf16", attention="eager"),
+    encoder_case("modernbert-small-fp32-lora-seqcls-sdpa-b4-s256", MODERNBERT_SMALL, "sequence_classification",
+                 batch=4, seq=256, finetuning=LORA_MODERNBERT,
+                 description="PEFT SEQ_CLS: LoRA on Wqkv, Wo, Wi; the classifier trained as a modules_to_save copy."),
+    encoder_case("modernbert-small-ampbf16-lora-seqcls-sdpa-b4-s256", MODERNBERT_SMALL, "sequence_classification",
+                 batch=4, seq=256, precision="amp-bf16", finetuning=LORA_MODERNBERT),
+    # ---------------------------------------------------------------- LoRA on BERT-style encoders (PEFT defaults)
+    encoder_case("bert-small-fp32-lora-seqcls-sdpa-b8-s256", BERT_SMALL, "sequence_classification", batch=8,
+                 seq=256, finetuning=LORA_QV,
+                 description="PEFT SEQ_CLS, default targets query and value; classifier copy trains, pooler frozen."),
+    encoder_case("bert-small-fp32-lora-tokcls-sdpa-b8-s256", BERT_SMALL, "token_classification", batch=8,
+                 seq=256, num_labels=9, finetuning=LORA_QV),
+    encoder_case("roberta-small-fp32-lora-seqcls-sdpa-b8-s256", ROBERTA_SMALL, "sequence_classification", batch=8,
+                 seq=256, finetuning=LORA_QV,
+                 description="PEFT SEQ_CLS copies RoBERTa's whole classification head (dense and out_proj)."),
     # ---------------------------------------------------------------- published models (fake tensors)
+    encoder_case("modernbert-base-ampbf16-seqcls-b8-s1024-fake", "modernbert-base", "sequence_classification",
+                 batch=8, seq=1024, precision="amp-bf16", fake=True),
     encoder_case("bert-large-fp32-seqcls-b4-s512-fake", "bert-large-uncased", "sequence_classification", batch=4,
                  seq=512, num_labels=2, fake=True,
                  description="The transformers docs' 'Model training anatomy' run (fp32 AdamW, 4 x 512), on a CPU."),
