@@ -159,7 +159,8 @@ def errors_for(data: dict) -> dict[str, str]:
     [
         ({"model": "llama-2-7b", "task": {"kind": "masked_lm"}}, "task.kind", "allowed: causal_lm"),
         ({"model": "bert-base-uncased", "task": {"kind": "causal_lm"}}, "task.kind", "sequence_classification"),
-        ({"model": "roberta-base", "finetuning": {"method": "lora", "lora": {"target_modules": "all-linear"}}},
+        ({"model": "roberta-base", "sequence_length": 512,
+          "finetuning": {"method": "lora", "lora": {"target_modules": "all-linear"}}},
          "finetuning.lora.target_modules", "not modelled"),
         ({"model": {"num_parameters": 1_000_000}, "task": {"kind": "masked_lm"}}, "task.kind", "architecture"),
         ({"model": "bert-base-uncased", "task": {"num_labels": 0}}, "task.num_labels", "greater than 0"),
@@ -195,7 +196,8 @@ def test_apply_task_names_the_field():
         (["--preset", "bert-base-uncased", "--task", "causal_lm"], "task.kind"),
         (["--preset", "bert-base-uncased", "--task", "ner"], "task.kind"),
         (["--preset", "bert-base-uncased", "--num-labels", "0"], "task.num_labels"),
-        (["--preset", "bert-base-uncased", "--lora", "8", "--lora-targets", "dense"], "finetuning.lora.target_modules"),
+        (["--preset", "bert-base-uncased", "--seq-len", "512", "--lora", "8", "--lora-targets", "dense"],
+         "finetuning.lora.target_modules"),
     ],
 )
 def test_cli_bad_head_is_one_line_exit_2(arguments, field, capsys):
