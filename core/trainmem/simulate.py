@@ -813,6 +813,8 @@ def _micro_batch(
         account.set("activations", "padding attention mask", 0)
     # ---- loss, and the start of backward
     head = traces.head
+    if head is not None and getattr(plan.family, "embedding_output_freed_before_head", False):
+        account.set("activations", "embedding output", 0)  # the base model returned before the task head
     if head is not None:
         training_phases.record_teacher_forward(plan, account, micro_batch, suffix)
         account.record(
