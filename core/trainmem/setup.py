@@ -934,6 +934,9 @@ class Setup(StrictModel):
 
         inventory = build_inventory(architecture)
         targets = resolve_lora_targets(self.finetuning.lora, family_for(architecture), inventory)
+        problem = family_for(architecture).unsupported_lora_targets(targets)
+        if problem:
+            raise FieldError("finetuning.lora.target_modules", problem)
         check_dora(self, targets)
         saved = saved_tensor_names(self.finetuning.lora.modules_to_save, inventory)
         check_no_adapter_overlap(saved, targets.modules)
