@@ -4,7 +4,8 @@ tensor-parallel check of key/value heads.
 Issue 8 measured trainmem adapting q/k/v/o only under LoRA ``all-linear`` (13.6M trainable parameters where
 PEFT 0.21 trains 359.7M: the router and both fused expert parameters too) and counting the experts as NF4
 under QLoRA (about 22 GiB where the 4-bit load keeps about 84 GiB of bf16 experts: bitsandbytes converts
-``nn.Linear`` modules only). These tests pin the corrected numbers; the torch-marked one re-derives PEFT's.
+``nn.Linear`` modules only). These tests pin the corrected numbers; the torch-marked one re-derives PEFT's. The last ones are
+the issue's impossible values that had no test of their own: each is one error naming its field.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 import trainmem
 from trainmem.catalogs import presets
-from trainmem.errors import format_validation_error
+from trainmem.errors import FieldError, format_validation_error
 from trainmem.inventory import build_inventory
 from trainmem.lora_targets import resolve_lora_targets
 from trainmem.models import architecture_from_hf_config, family_for
@@ -68,6 +69,21 @@ def test_tensor_parallel_must_divide_the_key_value_heads():
         Setup.model_validate({"model": {"hf_config": config}, "parallelism": {"num_gpus": 4, "tensor_parallel_size": 4}})
     problems = dict(format_validation_error(error.value))
     assert "num_key_value_heads (6)" in problems["parallelism.tensor_parallel_size"]
+
+
+@pytest.mark.parametrize(
+    "config, field, words",
+    [
+        ({"model_type": "llama", "hidden_size": 100, "num_attention_heads": 8, "num_key_value_heads": 8},
+         "num_attention_heads", "must be divisible by num_attention_heads"),
+        ({"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 5}, "num_experts_per_tok", "cannot exceed"),
+        ({"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 5}, "num_experts_per_tok", "cannot exceed"),
+    ],
+)
+def test_impossible_shapes_name_their_field(config, field, words):
+    with pytest.raises(FieldError) as error:
+        architecture_from_hf_config(config, "model.hf_config")
+    assert error.value.field == f"model.hf_config.{field}" and words in str(error.value)
 
 
 @pytest.mark.torch
