@@ -419,6 +419,9 @@ CASES: list[dict[str, Any]] = [
          lora={"r": 8, "target_modules": PHIMOE_ATTENTION},
          description="LoRA on q/k/v/o (all-linear would wrap the nn.Linear router, whose forward then fails)."),
     case("phimoe-small-bf16-adamw-b2-s256-fake", PHIMOE_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    case("phi35moe-bf16-lora-attn-b1-s1024-fake", "phi-3.5-moe", batch=1, seq=1024, precision="bf16-pure",
+         lora={"r": 16, "target_modules": PHIMOE_ATTENTION}, fake=True,
+         description="Phi-3.5-MoE (41.9B) LoRA on attention: 16 bf16 expert stacks per layer, the instruct input jitter."),
     # ---------------------------------------------------------------- PEFT modules_to_save and DoRA (issue 10)
     case("llama-14m-ampbf16-lora-attn-mts-embed-head-b2-s256", LLAMA_14M, batch=2, seq=256, precision="amp-bf16",
          implementation="for-loop",
