@@ -61,6 +61,8 @@ def test_mixtral_qlora_keeps_the_fused_experts_in_the_load_dtype():
     expert_bytes = 2 * sum(t.numel * g.count for g in build_inventory(arch).layer_groups for t in g.tensors if t.group == "experts")
     assert round(expert_bytes / GIB) == 84  # 32 layers x 8 experts x 3 x 4096 x 14336 bf16 weights
     assert expert_bytes <= parameters < expert_bytes + 4 * GIB  # attention in 4 bits, embeddings and head in bf16
+    weights = next(part for part in report.parts if part.category == "parameters" and part.name == "weights")
+    assert "fused experts and routers unquantised (84.00 GiB" in weights.detail  # the report says why
 
 
 def test_tensor_parallel_must_divide_the_key_value_heads():
