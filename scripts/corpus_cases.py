@@ -120,6 +120,12 @@ DEEPSEEK_V2_SMALL = {"model_type": "deepseek_v2", **FAMILY_COMMON, "num_key_valu
 # experts with the clamped SwiGLU on every layer.
 GPT_OSS_SMALL = {"model_type": "gpt_oss", **FAMILY_COMMON, "intermediate_size": 256, "head_dim": 32,
                  "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128}
+# Phi-3.5-MoE scaled down: LayerNorm with biases, q/k/v/o and lm_head biases, sparsemixer's top-2 of 4 experts,
+# and the instruct checkpoint's input jitter (0.01: two in-place noise products per MoE layer).
+PHIMOE_SMALL = {"model_type": "phimoe", **FAMILY_COMMON, "intermediate_size": 256, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "attention_bias": True, "lm_head_bias": True, "input_jitter_noise": 0.01,
+                "router_jitter_noise": 0.01}
+PHIMOE_ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 # Qwen3-Next scaled down: three Gated DeltaNet layers and one gated full-attention layer (layer_types' default),
 # grouped value heads (8 value heads over 4 key heads), partial RoPE, routed experts plus a gated shared expert.
 QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
@@ -402,6 +408,20 @@ CASES: list[dict[str, Any]] = [
     case("gptoss-small-bf16-lora-all-eager-b2-s256", GPT_OSS_SMALL, batch=2, seq=256, precision="bf16-pure",
          attention="eager", lora={"r": 8, "target_modules": "all-linear"},
          description="LoRA all-linear adapts q/k/v/o only: no MoE conversion for gpt_oss in PEFT."),
+    # ---------------------------------------------------------------- PhiMoE (sparsemixer router, LayerNorm)
+    case("phimoe-small-fp32-adamw-b2-s256", PHIMOE_SMALL, batch=2, seq=256,
+         description="Phi-3.5-MoE layout: sparsemixer top-2 router, input jitter, LayerNorm and attention/head biases."),
+    case("phimoe-small-ampbf16-adamw-ckpt-b2-s256", PHIMOE_SMALL, batch=2, seq=256, precision="amp-bf16",
+         checkpointing="full"),
+    case("phimoe-small-ampbf16-adamw-eager-b2-s256", PHIMOE_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager"),
+    case("phimoe-small-bf16-lora-attn-b2-s256", PHIMOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": PHIMOE_ATTENTION},
+         description="LoRA on q/k/v/o (all-linear would wrap the nn.Linear router, whose forward then fails)."),
+    case("phimoe-small-bf16-adamw-b2-s256-fake", PHIMOE_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    case("phi35moe-bf16-lora-attn-b1-s1024-fake", "phi-3.5-moe", batch=1, seq=1024, precision="bf16-pure",
+         lora={"r": 16, "target_modules": PHIMOE_ATTENTION}, fake=True,
+         description="Phi-3.5-MoE (41.9B) LoRA on attention: 16 bf16 expert stacks per layer, the instruct input jitter."),
     # ---------------------------------------------------------------- PEFT modules_to_save and DoRA (issue 10)
     case("llama-14m-ampbf16-lora-attn-mts-embed-head-b2-s256", LLAMA_14M, batch=2, seq=256, precision="amp-bf16",
          implementation="for-loop",

@@ -105,6 +105,11 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1], "attention_bias": True,
         "layer_types": ["full_attention", "linear_attention", "linear_attention"],
     },
+    "phimoe": {"model_type": "phimoe", **SMALL, "intermediate_size": 96, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "phimoe-biases": {
+        "model_type": "phimoe", **SMALL, "intermediate_size": 96, "num_local_experts": 4, "attention_bias": True,
+        "lm_head_bias": True, "input_jitter_noise": 0.01, "sliding_window": 16,
+    },
     "cohere": {"model_type": "cohere", **SMALL, "intermediate_size": 96},
     "cohere-qk-norm": {
         "model_type": "cohere", **SMALL, "intermediate_size": 96, "use_qk_norm": True, "attention_bias": True,

@@ -51,6 +51,7 @@ PUBLISHED_COUNTS = {
     "command-r": 34_980_831_232,  # card: 35B
     "falcon-7b": 6_921_720_704,  # card: 7B
     "falcon-40b": 41_303_293_952,  # card: 40B
+    "phi-3.5-moe": 41_873_153_344,  # card: 41.9B (16x3.8B)
 }
 
 REQUIRED_PRESETS = [

@@ -159,6 +159,10 @@ class Architecture(FrozenModel):
         default=None, gt=0, description="gpt-oss clamps gate and up to this limit: (up + 1) * gate * sigmoid(alpha * gate)."
     )
     attention_sinks: bool = Field(default=False, description="One learned sink logit per head (gpt-oss sinks).")
+    lm_head_bias: bool = Field(default=False, description="The output head has a bias (Phi-3.5-MoE's lm_head_bias).")
+    input_jitter_noise: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="PhiMoE multiplies the MoE input by U(1 - eps, 1 + eps) noise in training."
+    )
     # ---- hybrid linear attention (models/qwen3_next.py)
     linear_attention_layers: tuple[NonNegativeInt, ...] = Field(
         default=(), description="Layers whose token mixer is linear attention (Qwen3-Next's Gated DeltaNet), "

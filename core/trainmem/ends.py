@@ -91,7 +91,8 @@ def trace_loss_head(
     normed = program.norm(program.names.final_norm, x, tokens, h)
     tape.release(x)
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
-    logits = tape.linear(normed, weight, vocab_per_rank)
+    bias = Sym(vocab_per_rank, kernels.weight_dtype, weight.requires_grad, "parameter") if arch.lm_head_bias else None
+    logits = tape.linear(normed, weight, vocab_per_rank, bias)
     tape.release(normed)
     if gathered_vocab:
         local = logits

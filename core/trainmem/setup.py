@@ -937,6 +937,9 @@ class Setup(StrictModel):
         check_lora_targets(architecture, self.finetuning.lora.target_modules)
         inventory = build_inventory(architecture)
         targets = resolve_lora_targets(self.finetuning.lora, family_for(architecture), inventory)
+        problem = family_for(architecture).unsupported_lora_targets(targets)
+        if problem:
+            raise FieldError("finetuning.lora.target_modules", problem)
         check_dora(self, targets)
         from .tasks import peft_task_modules_to_save
 

@@ -392,6 +392,10 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     if plan.quantized_base:
         quant = plan.finetuning.quantization
         detail = f"{quant.quant_type if quant.bits == 4 else 'int8'} base{' + double quantization' if quant.double_quant else ''}"
+        kept = [s for s in slices if s.layer_scope and not s.quantized and s.tensor.group in ("experts", "router")]
+        if kept:  # bitsandbytes converts nn.Linear modules only (models/family.py quantized_by_bitsandbytes)
+            kept_bytes = sum(plan.weight_bytes(s) for s in kept) // sharding.weights
+            detail += f"; fused experts and routers unquantised ({kept_bytes / 2**30:.2f} GiB: bitsandbytes converts nn.Linear only)"
     if plan.saved_module_tensors:
         detail += ", with the trained copies and frozen originals of modules_to_save"
     if sharding.weights > 1:

@@ -37,6 +37,7 @@ from .mistral import Mistral, Mixtral
 from .modernbert import ModernBert
 from .olmo2 import Olmo2
 from .phi3 import Phi3
+from .phimoe import Phimoe
 from .qwen2 import Qwen2, Qwen2Moe
 from .qwen3 import Qwen3, Qwen3Moe
 from .qwen3_next import Qwen3Next
@@ -55,6 +56,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Gemma2,
     Gemma3Text,
     Phi3,
+    Phimoe,
     Olmo2,
     Starcoder2,
     Granite,

@@ -102,6 +102,12 @@ class DecoderFamily:
         one line naming ``attention``."""
         return None
 
+    def unsupported_lora_targets(self, targets) -> Optional[str]:
+        """Why a training step with PEFT adapters on ``targets`` (a ``lora_targets.LoraTargets``) fails
+        for this family (None: it runs). A hook for ``Setup`` validation, reported naming
+        ``finetuning.lora.target_modules``."""
+        return None
+
     # ------------------------------------------------------------------ the tape
     def program(self) -> type[LayerProgram]:
         from ..layers import LayerProgram

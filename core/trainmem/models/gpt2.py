@@ -13,6 +13,7 @@ from ..architecture import Architecture
 from .blocks import ModuleNames
 from .family import DecoderFamily
 from .fields import ConfigFields
+from .gpt_layout import gpt_layout
 
 GPT2_NAMES = ModuleNames(
     embed_tokens="wte",
@@ -36,25 +37,19 @@ class GPT2(DecoderFamily):
     def read_config(self, fields: ConfigFields) -> Architecture:
         hidden = fields.integer("n_embd", 768)
         heads = fields.integer("n_head", 12)
-        return Architecture(
+        return Architecture(**gpt_layout(
+            heads=heads,
+            attention_bias=True,
             model_type="gpt2",
             vocab_size=fields.integer("vocab_size", 50257),
             hidden_size=hidden,
             num_hidden_layers=fields.integer("n_layer", 12, maximum=1024),
-            num_attention_heads=heads,
-            num_key_value_heads=heads,
             intermediate_size=fields.integer("n_inner", 4 * hidden),
-            mlp="plain",
             hidden_act=fields.string("activation_function", "gelu_new"),
-            norm="layernorm",
-            attention_qkv_bias=True,
-            attention_output_bias=True,
-            mlp_bias=True,
-            fused_qkv=True,
             position_embedding="learned",
             max_position_embeddings=fields.integer("n_positions", 1024),
             tie_word_embeddings=fields.boolean("tie_word_embeddings", True),
             embedding_dropout=fields.probability("embd_pdrop", 0.1),
             attention_dropout=fields.probability("attn_pdrop", 0.1),
             residual_dropout=fields.probability("resid_pdrop", 0.1),
-        )
+        ))

@@ -15,6 +15,7 @@ from ..architecture import Architecture
 from .blocks import ModuleNames
 from .family import DecoderFamily
 from .fields import ConfigFields
+from .gpt_layout import gpt_layout
 
 GPT_NEOX_NAMES = ModuleNames(
     embed_tokens="embed_in",
@@ -42,21 +43,15 @@ class GPTNeoX(DecoderFamily):
             factor = fields.number("rotary_pct", 0.25, minimum=1e-9, maximum=1.0)
         elif isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
             raise fields.fail("rope_parameters.partial_rotary_factor", f"expected a number in (0, 1], got {factor!r}")
-        return Architecture(
+        return Architecture(**gpt_layout(
+            heads=heads,
+            attention_bias=bias,
             model_type="gpt_neox",
             vocab_size=fields.integer("vocab_size", 50432),
             hidden_size=fields.integer("hidden_size", 6144),
             num_hidden_layers=fields.layers(44),
-            num_attention_heads=heads,
-            num_key_value_heads=heads,
             intermediate_size=fields.integer("intermediate_size", 24576),
-            mlp="plain",
             hidden_act=fields.string("hidden_act", "gelu"),
-            norm="layernorm",
-            attention_qkv_bias=bias,
-            attention_output_bias=bias,
-            mlp_bias=True,
-            fused_qkv=True,
             max_position_embeddings=fields.integer("max_position_embeddings", 2048),
             tie_word_embeddings=fields.boolean("tie_word_embeddings", False),
             attention_dropout=fields.probability("attention_dropout"),
@@ -64,4 +59,4 @@ class GPTNeoX(DecoderFamily):
             embedding_dropout=dropout,
             partial_rotary_factor=float(factor),
             parallel_residual=fields.boolean("use_parallel_residual", True),
-        )
+        ))

@@ -2,8 +2,10 @@
 
 * Attention: q/k/v/o with biases (``attention_bias``, default true), grouped-query heads of
   ``head_dim`` 64, and one learned **sink** logit per head (``self_attn.sinks``). Layers alternate
-  sliding-window (``sliding_window`` 128) and full attention (``layer_types``); the window is a mask
-  (``create_sliding_window_causal_mask``), so it changes no tensor shape of the eager path.
+  sliding-window (``sliding_window``, 128 by default) and full attention (``layer_types``, by default
+  sliding on the even layers): the reader keeps the window and its layers (their own layer kind), as
+  for Mistral and Gemma; on the eager path the window is a mask
+  (``create_sliding_window_causal_mask``) and changes no saved tensor.
   transformers 5.24 has no SDPA path for the sinks (``GptOssPreTrainedModel._supports_sdpa = False``):
   it trains eager, or with a flash-attention kernel that takes ``s_aux`` on CUDA
   (``integrations/flash_attention.py``; flex attention refuses sinks on CPU). The eager path
@@ -35,8 +37,9 @@ from ..layers import LayerProgram
 from ..tape import Sym
 from . import blocks
 from .blocks import ModuleNames, ParameterTensor
-from .family import DecoderFamily, common_decoder_fields
+from .family import DecoderFamily, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
+from .norm_programs import WeightTimesFp32RMSNorm
 
 GPT_OSS_DEFAULTS = dict(
     vocab_size=201088,
@@ -50,6 +53,15 @@ GPT_OSS_DEFAULTS = dict(
     tie_word_embeddings=False,
 )
 """``GptOssConfig``'s defaults (those of gpt-oss-20b, except the layer count: 24 there)."""
+
+GPT_OSS_SLIDING_WINDOW = 128
+"""``GptOssConfig.sliding_window``'s default."""
+
+
+def default_sliding_layers(layers: int) -> tuple[int, ...]:
+    """``GptOssConfig.__post_init__``'s default ``layer_types``: sliding where ``(i + 1) % 2``, i.e. the even layers."""
+    return tuple(i for i in range(layers) if (i + 1) % 2)
+
 
 CPU_ATTENTION_MESSAGE = (
     "gpt_oss trains with eager attention on CPU: transformers 5.24 has no SDPA path for its attention sinks "
@@ -83,12 +95,10 @@ class GptOss(DecoderFamily):
         layers = common["num_hidden_layers"]
         layer_types = fields.string_list("layer_types")
         if layer_types:
-            if len(layer_types) != layers:
-                raise fields.fail("layer_types", f"has {len(layer_types)} entries for {layers} layers")
             unknown = sorted(set(layer_types) - {"sliding_attention", "full_attention"})
             if unknown:
                 raise fields.fail("layer_types", f"unknown layer type {unknown[0]!r}; allowed: sliding_attention, full_attention")
-        fields.optional_integer("sliding_window")  # a mask only: checked, no shape depends on it
+        window = sliding_window_fields(fields, layers, GPT_OSS_SLIDING_WINDOW, default_sliding_layers(layers))
         experts = fields.integer("num_local_experts", 128, aliases=("num_experts",))
         per_token = fields.integer("num_experts_per_tok", 4, aliases=("experts_per_token",))
         if per_token > experts:
@@ -107,6 +117,7 @@ class GptOss(DecoderFamily):
             swiglu_limit=fields.number("swiglu_limit", 7.0, minimum=1e-9),
             attention_sinks=True,
             not_counted=(MXFP4_NOTE,),
+            **window,
         )
 
     def layer(self, arch: Architecture) -> list[ParameterTensor]:
@@ -141,12 +152,9 @@ class GptOss(DecoderFamily):
         return GptOssProgram
 
 
-class GptOssProgram(LayerProgram):
-    """gpt-oss's norm, attention with sinks, router and clamped-SwiGLU experts on the tape."""
-
-    def rms_norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
-        """``GptOssRMSNorm``: ``(weight * normalized).to(input_dtype)`` (the product in fp32)."""
-        return self.rms_norm_product_in_fp32(module, x, rows, width)
+class GptOssProgram(WeightTimesFp32RMSNorm):
+    """gpt-oss's norm (``GptOssRMSNorm``: the product in fp32, then the cast), attention with sinks, router
+    and clamped-SwiGLU experts on the tape."""
 
     def _rope(self, q: Sym) -> Sym:
         """``_apply_rotary_emb``: halves (views), ``cat((x1·cos − x2·sin, x2·cos + x1·sin))``; cos and sin

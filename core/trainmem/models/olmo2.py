@@ -15,6 +15,7 @@ from ..layers import LayerProgram
 from ..tape import Sym
 from .family import DecoderFamily, common_decoder_fields
 from .fields import ConfigFields
+from .norm_programs import WeightTimesFp32RMSNorm
 
 OLMO2_DEFAULTS = dict(
     vocab_size=50304,
@@ -27,10 +28,8 @@ OLMO2_DEFAULTS = dict(
 )
 
 
-class Olmo2Program(LayerProgram):
-    def rms_norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
-        """``Olmo2RMSNorm.forward``: ``(weight * normalized).to(input_dtype)``."""
-        return self.rms_norm_product_in_fp32(module, x, rows, width)
+class Olmo2Program(WeightTimesFp32RMSNorm):
+    """``Olmo2RMSNorm`` (the weight times the fp32 normalized tensor, then the cast) and Olmo 2's RoPE."""
 
     def _rope(self, q: Sym) -> Sym:
         """``apply_rotary_pos_emb`` ends with ``q_embed.to(q_type)``."""
