@@ -44,6 +44,7 @@ const handlers = {
   boot,
   compute: ({ setupJson, suggestions, reserveFraction }) => bridge.compute(setupJson, suggestions, reserveFraction ?? undefined), // undefined is None (null is jsnull)
   architecture: ({ modelJson }) => bridge.architecture(modelJson),
+  modelInputs: ({ modelJson }) => bridge.model_inputs(modelJson),
   markdown: ({ reportJson, title }) => bridge.markdown(reportJson, title),
   compareMarkdown: ({ aJson, bJson, aLabel, bLabel }) => bridge.compare_markdown(aJson, bJson, aLabel, bLabel),
   readFiles: ({ filesJson, formJson }) => bridge.read_files(filesJson, formJson),

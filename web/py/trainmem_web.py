@@ -406,4 +406,5 @@ def page_data(default_setup: dict[str, Any]) -> dict[str, Any]:
         "catalogs": catalogs(),
         "default_setup": default_setup,
         "default_report": answer["report"],
+        "default_model_inputs": json.loads(model_inputs(json.dumps(default_setup.get("model"))))["inputs"],
     }
