@@ -430,12 +430,12 @@ class CachingAllocator:
         else:
             rounded = -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
         pool = self.small if rounded <= SMALL_SIZE_BYTES else self.large
-        alloc_size = allocation_size(rounded)
         if self._best_fit_only:
             block = self._best_fit(pool, rounded, stream)
         else:
             block = self._get_free_block(pool, rounded, stream)
         if block is None:
+            alloc_size = allocation_size(rounded)
             if self._collects:
                 self._garbage_collect_cached_blocks()
             block = self._alloc_block(pool, rounded, alloc_size, stream)
@@ -465,7 +465,8 @@ class CachingAllocator:
             self._try_merge_blocks(block, before, pool)
         if after is not None and not after.allocated:
             self._try_merge_blocks(block, after, pool)
-        pool.insert(block)
+        block.gc_base = pool.free_block_calls  # pool.insert, inlined
+        pool.blocks.insert(block)
 
     def empty_cache(self) -> None:
         """``torch.cuda.empty_cache()`` → ``release_cached_blocks``."""
@@ -617,7 +618,8 @@ class CachingAllocator:
             rest.size -= size
             if self._segment_heads.pop(id(rest), None) is not None:
                 self._segment_heads[id(block)] = block
-            pool.insert(rest)
+            rest.gc_base = pool.free_block_calls  # pool.insert, inlined
+            pool.blocks.insert(rest)
         block.allocated = True
         block.requested = requested
         self.allocated_bytes += block.size

@@ -171,16 +171,16 @@ class _StepBuilder:
         ``no_grad``: the forward runs under ``torch.no_grad`` (checkpointing's first pass): whatever
         the tape would have saved is freed as soon as the piece returns."""
         in_storage = trace.input_key[0] if trace.input_key else None
+        alloc, free = self.out.alloc, self.out.free
         for op, storage, nbytes in trace.forward_events:
             if storage == in_storage:
                 if op == "free" and not keep_input and input_ref is not None:
-                    self.out.free(input_ref)
+                    free(input_ref)
                 continue
-            key = (ns, storage)
             if op == "alloc":
-                self.out.alloc(key, nbytes)
+                alloc((ns, storage), nbytes)
             else:
-                self.out.free(key)
+                free((ns, storage))
         output = (ns, trace.output_key[0]) if trace.output_key else None
         if no_grad:
             self.out.free_all([key for key in self._keys_of(ns) if key != output])
@@ -198,6 +198,7 @@ class _StepBuilder:
         """Replay a piece's backward log; returns the key of the gradient it leaves for its input."""
         in_storage, in_uid = trace.input_key if trace.input_key else (None, None)
         out_uid = trace.output_key[1] if trace.output_key else None
+        alloc, free = self.out.alloc, self.out.free
         for op, key, nbytes in trace.backward_events:
             if isinstance(key, int):
                 mapped = input_ref if key == in_storage else (ns, key)
@@ -208,11 +209,11 @@ class _StepBuilder:
             if mapped is None:
                 continue
             if op == "alloc":
-                self.out.alloc(mapped, nbytes)
+                alloc(mapped, nbytes)
                 if isinstance(key, tuple) and key[0] == "p":
                     self.param_grads.append(mapped)
             else:
-                self.out.free(mapped)
+                free(mapped)
         if grad_ref is not None:
             self.out.free(grad_ref)  # consumed: the engine drops the incoming gradient
         leftover = (ns, ("g", in_uid))
