@@ -10,6 +10,11 @@ def _visible(page, testid: str) -> bool:
     return page.get_by_test_id(testid).is_visible()
 
 
+def _not_hidden(page, testid: str) -> bool:
+    """Not hidden by a condition (an advanced field may still be folded away)."""
+    return page.get_by_test_id(testid).evaluate("(node) => node.closest('[hidden]') === null")
+
+
 def test_image_fields_appear_for_a_vlm_and_follow_its_processor(page, guard, site_url):
     page.goto(site_url)
     # The pre-rendered text model: no image fields, in the HTML already.
@@ -54,3 +59,17 @@ def test_target_length_shows_only_for_encoder_decoders(page, guard, site_url):
         return
     page.get_by_test_id("input-model.preset").select_option(t5)
     page.get_by_test_id("input-target_length").wait_for(state="visible")
+
+
+def test_the_head_is_a_choice_only_for_families_with_several(page, guard, site_url):
+    page.goto(site_url)
+    assert not _visible(page, "input-task.kind")  # a decoder trains its language-model head
+    wait_engine_ready(page)
+    page.get_by_test_id("input-model.preset").select_option("bert-base-uncased")
+    page.get_by_test_id("input-task.kind").wait_for(state="visible")
+    # Sequence classification, the encoder's default, has labels (a field under "More options").
+    assert _not_hidden(page, "input-task.num_labels")
+    page.get_by_test_id("input-task.kind").select_option("masked_lm")
+    page.wait_for_function(
+        """() => document.querySelector('[data-testid="input-task.num_labels"]').closest('[hidden]') !== null"""
+    )

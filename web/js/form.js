@@ -418,7 +418,7 @@ export class SetupForm {
           const childPath = keyCounts.get(key) > 1 ? `${path}.${key}@${value}` : `${path}.${key}`;
           const control = this.buildValue(childPath, childSchema);
           const childHint = hintFor(childPath);
-          if (childHint.showIf) this.conditional.push({ node: control.row, showIf: childHint.showIf });
+          if (childHint.showIf?.modelInput) this.conditional.push({ node: control.row, showIf: childHint.showIf });
           return { key, schema: childSchema, control };
         });
       const box = el(doc, "div", { class: "subfields", "data-field": path, "data-branch": value }, children.map((c) => c.control.row));

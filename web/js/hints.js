@@ -24,9 +24,19 @@ export const GROUPS = [
 /**
  * Shown only where the core says the chosen model reads the field (trainmem.model_inputs, asked
  * through the engine when the model changes): image fields for vision-language models, the target
- * length for encoder-decoders.
+ * length for encoder-decoders. Until the core has answered for the model (inputs null), shown: the
+ * form hides nothing it does not know to be unused. Marked `modelInput`, so that the fields of an
+ * optional object (images.*) get the condition too.
  */
-export const modelTakes = (path) => (setup, inputs) => Boolean(inputs?.fields?.includes(path));
+export const modelTakes = (path) => {
+  const showIf = (setup, inputs) => !inputs || inputs.fields.includes(path);
+  showIf.modelInput = true;
+  return showIf;
+};
+
+/** The head is a choice when the model's family has several (an encoder), or the setup asks for another. */
+const hasHeadChoice = (setup, inputs) =>
+  !inputs || inputs.tasks.length > 1 || Boolean(setup.task?.kind && setup.task.kind !== inputs.default_task);
 
 const IMAGE_FIELDS = {
   images_per_sample: { label: "Images per sample", advanced: false },
@@ -53,10 +63,10 @@ const IMAGE_FIELDS = {
  */
 export const FIELDS = {
   model: { label: "Model", advanced: false, widget: "model" },
-  "task.kind": { label: "Head (task)", advanced: false },
+  "task.kind": { label: "Head (task)", advanced: false, showIf: (s, m) => hasHeadChoice(s, m) },
   "task.num_labels": {
     label: "Labels",
-    showIf: (s) => !["causal_lm", "masked_lm", "embedding"].includes(s.task?.kind),
+    showIf: (s, m) => hasHeadChoice(s, m) && !["causal_lm", "masked_lm", "embedding"].includes(s.task?.kind ?? m?.default_task),
   },
   micro_batch_size: { label: "Micro-batch size", advanced: false, suffix: "sequences / GPU" },
   sequence_length: { label: "Sequence length", advanced: false, suffix: "tokens" },

@@ -21,7 +21,14 @@ async function boot({ wheels, modules }) {
       return [path.split("/").pop(), await response.text()];
     }),
   );
-  const pyodide = await loadPyodide({ indexURL: new URL("pyodide/", base).href, stdout: () => {}, stderr: () => {} });
+  // PYDANTIC_DISABLE_PLUGINS: pydantic otherwise scans every installed distribution's entry points
+  // (importlib.metadata) when it builds its first model; the page has no pydantic plugin.
+  const pyodide = await loadPyodide({
+    indexURL: new URL("pyodide/", base).href,
+    env: { PYDANTIC_DISABLE_PLUGINS: "__all__" },
+    stdout: () => {},
+    stderr: () => {},
+  });
   progress("packages", 0.6, "Loading trainmem and pydantic…");
   const failures = [];
   await pyodide.loadPackage(
