@@ -12,7 +12,7 @@ compare mode (web/js/compare.js), whose browser test checks it against ``--json`
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from ._base import FrozenModel
 from .report import CATEGORIES, Category, Report
@@ -76,6 +76,8 @@ class Comparison(FrozenModel):
     b_fit: FitSide
     a_peak_label: str
     b_peak_label: str
+    host_peak: Optional[Delta] = None
+    """Host RAM per node (``Report.host.peak_bytes``) where both reports have it."""
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -141,6 +143,7 @@ def compare(a: Report, b: Report, a_label: str = "A", b_label: str = "B") -> Com
         b_fit=_fit_side(b),
         a_peak_label=a.peak.label,
         b_peak_label=b.peak.label,
+        host_peak=Delta.of(a.host.peak_bytes, b.host.peak_bytes) if a.host and b.host else None,
     )
 
 
@@ -187,6 +190,9 @@ def comparison_rows(comparison: Comparison, parts: bool = True) -> list[tuple[st
          "same" if c.a_fit.status == c.b_fit.status else "changed"),
         ("peak happens at", c.a_peak_label, c.b_peak_label, "same" if c.a_peak_label == c.b_peak_label else "moved"),
     ]
+    if c.host_peak is not None:
+        rows.append(("host RAM per node", format_bytes(c.host_peak.a_bytes), format_bytes(c.host_peak.b_bytes),
+                     format_delta(c.host_peak)))
     for category in CATEGORIES:
         delta = c.breakdown[category]
         rows.append((CATEGORY_NAMES[category], format_bytes(delta.a_bytes), format_bytes(delta.b_bytes),

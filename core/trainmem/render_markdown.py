@@ -62,9 +62,33 @@ def render_report_markdown(report: Report, title: str = "") -> str:
             rows.append([name, format_bytes(part.bytes), _share(part.bytes, total)])
     rows.append(["**total at the peak**", f"**{format_bytes(total)}**", "100.0%"])
     lines += table(["Category and part", "Memory", "Share"], rows, right={1, 2})
+    lines += _host_lines(report)
     lines += ["", f"<sub>trainmem {cell(report.trainmem_version)} · {cell(report.resolved.model_description)} · "
                   f"{cell(report.resolved.precision_recipe)}</sub>"]
     return "\n".join(lines) + "\n"
+
+
+def _host_lines(report: Report) -> list[str]:
+    """Host RAM per node (``Report.host``): training and model-load totals with their parts, the budget."""
+    host = report.host
+    if host is None:
+        return []
+    rows = []
+    for title, parts, total in (("during training", host.steady_parts, host.steady_bytes),
+                                ("while the model loads", host.load_parts, host.load_bytes)):
+        rows.append([f"**{title}**", f"**{format_bytes(total)}**"])
+        rows += [[f"&nbsp;&nbsp;{cell(p.name)}" + (f" ({cell(p.detail)})" if p.detail else ""), format_bytes(p.bytes)]
+                 for p in parts]
+    if host.nvme_bytes:
+        rows.append(["**NVMe (ZeRO-Infinity)**", f"**{format_bytes(host.nvme_bytes)}**"])
+    lines = ["", f"**Host RAM per node** ({host.ranks_per_node} ranks): {format_bytes(host.peak_bytes)}"]
+    if host.budget_bytes is not None:
+        lines[-1] += f" — {'fits' if host.fits else 'does not fit'} in {format_bytes(host.budget_bytes)}"
+    lines.append("")
+    lines += table(["Phase and part", "Host RAM"], rows, right={1})
+    if host.message:
+        lines += ["", cell(host.message)]
+    return lines
 
 
 def render_comparison_markdown(comparison: Comparison) -> str:

@@ -58,6 +58,7 @@ if (mode === "estimate") {
   const answers = cases.map((setup) => {
     const answer = JSON.parse(bridge.compute(JSON.stringify(setup)));
     if (answer.ok) answer.markdown = bridge.markdown(JSON.stringify(answer.report), "");
+    answer.model_inputs = JSON.parse(bridge.model_inputs(JSON.stringify(setup?.model ?? null)));
     return answer;
   });
   const trainerFiles = Array.isArray(raw) ? [] : raw.trainer_files.map((files) => JSON.parse(bridge.read_files(JSON.stringify(files), JSON.stringify(raw.form))));

@@ -63,6 +63,7 @@ def test_the_site_computes_like_cpython(site, tmp_path):
         cpython = json.loads(trainmem_web.compute(json.dumps(setup)))
         if cpython["ok"]:
             cpython["markdown"] = trainmem_web.markdown(json.dumps(cpython["report"]))
+        cpython["model_inputs"] = json.loads(trainmem_web.model_inputs(json.dumps(setup.get("model"))))
         assert wasm == cpython, f"the site's Pyodide and CPython disagree for {setup}"
 
 

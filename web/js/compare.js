@@ -74,6 +74,7 @@ export function compareReports(a, b, aLabel = "A", bLabel = "B") {
     b_fit: fitSide(b),
     a_peak_label: a.peak.label,
     b_peak_label: b.peak.label,
+    host_peak: a.host && b.host ? delta(a.host.peak_bytes, b.host.peak_bytes) : null,
   };
 }
 
@@ -170,7 +171,12 @@ export function renderComparison(container, cmp, { aTitle, bTitle }) {
     bytesCell(doc, "td", cmp.peak_total.a_bytes),
     bytesCell(doc, "td", cmp.peak_total.b_bytes),
     deltaCell(doc, cmp.peak_total),
-  ])]));
+  ]), ...(cmp.host_peak ? [el(doc, "tr", { "data-testid": "compare-host" }, [
+    el(doc, "th", { scope: "row", text: "Host RAM per node" }),
+    bytesCell(doc, "td", cmp.host_peak.a_bytes),
+    bytesCell(doc, "td", cmp.host_peak.b_bytes),
+    deltaCell(doc, cmp.host_peak),
+  ])] : [])]));
 
   const chart = (name, title, description) => el(doc, "figure", { class: `chart chart-${name}` }, [
     el(doc, "figcaption", {}, [el(doc, "span", { class: "chart-title", text: title }), el(doc, "span", { class: "chart-description", text: description })]),

@@ -202,6 +202,17 @@ export class Engine {
     }
   }
 
+  /** Which optional inputs a model takes (trainmem.model_inputs), or null (an invalid model, or cancelled). */
+  async modelInputs(model) {
+    try {
+      const answer = JSON.parse(await this.call("modelInputs", { modelJson: JSON.stringify(model ?? null) }));
+      return answer.ok ? answer.inputs : null;
+    } catch (error) {
+      if (error instanceof EngineCancelled) return null;
+      throw error;
+    }
+  }
+
   /** The Architecture the core reads from a model spec, or null (also when it was cancelled). */
   async architecture(model) {
     try {

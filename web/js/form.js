@@ -183,7 +183,8 @@ function keepForeignValues(input, spec, read, write) {
 export class SetupForm {
   /**
    * @param {HTMLElement} container  where the form goes
-   * @param {object} options  {schema, catalogs, defaults, onChange(setup, path), requestArchitecture(model)}
+   * @param {object} options  {schema, catalogs, defaults, onChange(setup, path), requestArchitecture(model),
+   *   modelInputs (the core's model_inputs answer for the defaults' model), requestModelInputs(model)}
    */
   constructor(container, options) {
     this.container = container;
@@ -192,6 +193,9 @@ export class SetupForm {
     this.catalogs = options.catalogs;
     this.onChange = options.onChange || (() => {});
     this.requestArchitecture = options.requestArchitecture || (async () => null);
+    this.requestModelInputs = options.requestModelInputs || (async () => null);
+    this.modelInputs = options.modelInputs || null;
+    this.modelInputsFor = options.modelInputs ? JSON.stringify(options.defaults?.model ?? null) : null;
     this.fields = new Map(); // path -> {row, read(), write(value), error}
     this.conditional = []; // [{node, showIf}]
     this.setup = clone(options.defaults);
@@ -412,7 +416,10 @@ export class SetupForm {
           const childSchema = resolve(child, this.schema);
           // A key in several branches gets the branch in its path, so that ids stay unique.
           const childPath = keyCounts.get(key) > 1 ? `${path}.${key}@${value}` : `${path}.${key}`;
-          return { key, schema: childSchema, control: this.buildValue(childPath, childSchema) };
+          const control = this.buildValue(childPath, childSchema);
+          const childHint = hintFor(childPath);
+          if (childHint.showIf?.modelInput) this.conditional.push({ node: control.row, showIf: childHint.showIf });
+          return { key, schema: childSchema, control };
         });
       const box = el(doc, "div", { class: "subfields", "data-field": path, "data-branch": value }, children.map((c) => c.control.row));
       choices.push({ value, label, branch: { ...branch, children, box } });
@@ -716,7 +723,22 @@ export class SetupForm {
   }
 
   updateVisibility(setup = this.getSetup()) {
-    for (const { node, showIf } of this.conditional) node.hidden = !showIf(setup);
+    for (const { node, showIf } of this.conditional) node.hidden = !showIf(setup, this.modelInputs);
+    this.refreshModelInputs(setup);
+  }
+
+  /** Ask the core which optional inputs the model takes, once per model; show the fields when it answers. */
+  refreshModelInputs(setup) {
+    const key = JSON.stringify(setup.model ?? null);
+    if (key === this.modelInputsFor) return;
+    this.modelInputsFor = key;
+    Promise.resolve(this.requestModelInputs(setup.model))
+      .catch(() => null)
+      .then((inputs) => {
+        if (key !== this.modelInputsFor) return; // the model changed again meanwhile
+        this.modelInputs = inputs;
+        for (const { node, showIf } of this.conditional) node.hidden = !showIf(this.getSetup(), inputs);
+      });
   }
 
   // ------------------------------------------------------------------ errors

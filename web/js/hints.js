@@ -8,7 +8,7 @@ export const GROUPS = [
   {
     id: "batch",
     title: "Batch and sequence",
-    fields: ["micro_batch_size", "sequence_length", "gradient_accumulation_steps", "batch", "packed_sequences"],
+    fields: ["micro_batch_size", "sequence_length", "target_length", "images", "gradient_accumulation_steps", "batch", "packed_sequences"],
   },
   {
     id: "training",
@@ -22,23 +22,59 @@ export const GROUPS = [
 ];
 
 /**
+ * Shown only where the core says the chosen model reads the field (trainmem.model_inputs, asked
+ * through the engine when the model changes): image fields for vision-language models, the target
+ * length for encoder-decoders. Until the core has answered for the model (inputs null), shown: the
+ * form hides nothing it does not know to be unused. Marked `modelInput`, so that the fields of an
+ * optional object (images.*) get the condition too.
+ */
+export const modelTakes = (path) => {
+  const showIf = (setup, inputs) => !inputs || inputs.fields.includes(path);
+  showIf.modelInput = true;
+  return showIf;
+};
+
+/** The head is a choice when the model's family has several (an encoder), or the setup asks for another. */
+const hasHeadChoice = (setup, inputs) =>
+  !inputs || inputs.tasks.length > 1 || Boolean(setup.task?.kind && setup.task.kind !== inputs.default_task);
+
+const IMAGE_FIELDS = {
+  images_per_sample: { label: "Images per sample", advanced: false },
+  image_height: { label: "Image height", advanced: false, suffix: "px" },
+  image_width: { label: "Image width", advanced: false, suffix: "px" },
+  min_pixels: { label: "min_pixels", suffix: "px" },
+  max_pixels: { label: "max_pixels", suffix: "px" },
+  longest_edge: { label: "Longest edge", suffix: "px" },
+  videos_per_sample: { label: "Videos per sample" },
+  video_frames: { label: "Frames per video" },
+  video_height: { label: "Frame height", suffix: "px" },
+  video_width: { label: "Frame width", suffix: "px" },
+};
+
+/**
  * Per-field hints, by dotted path:
  *   label     text of the label (default: the schema title)
  *   advanced  folded away under "More options" (default for fields not listed here: true)
  *   widget    "model" | "gpu" | "catalog:<name>" (a select filled from a catalog)
  *   options   labels for enum values
- *   showIf    (setup) => bool; hidden fields keep their value
+ *   showIf    (setup, modelInputs) => bool; hidden fields keep their value (modelInputs: the core's
+ *             trainmem.model_inputs answer for the chosen model, or null before it is known)
  *   suffix    a unit shown after the input
  */
 export const FIELDS = {
   model: { label: "Model", advanced: false, widget: "model" },
-  "task.kind": { label: "Head (task)", advanced: false },
+  "task.kind": { label: "Head (task)", advanced: false, showIf: (s, m) => hasHeadChoice(s, m) },
   "task.num_labels": {
     label: "Labels",
-    showIf: (s) => !["causal_lm", "masked_lm", "embedding"].includes(s.task?.kind),
+    showIf: (s, m) => hasHeadChoice(s, m) && !["causal_lm", "masked_lm", "embedding"].includes(s.task?.kind ?? m?.default_task),
   },
   micro_batch_size: { label: "Micro-batch size", advanced: false, suffix: "sequences / GPU" },
   sequence_length: { label: "Sequence length", advanced: false, suffix: "tokens" },
+  target_length: { label: "Target length (decoder)", advanced: false, suffix: "tokens", showIf: modelTakes("target_length") },
+  images: { label: "Images", advanced: false, options: { null: "None (text only)", set: "Set" }, showIf: modelTakes("images") },
+  ...Object.fromEntries(
+    Object.entries(IMAGE_FIELDS).map(([name, hint]) => [`images.${name}`, { ...hint, showIf: modelTakes(`images.${name}`) }]),
+  ),
   gradient_accumulation_steps: { label: "Gradient accumulation steps", advanced: false },
   precision: {
     label: "Precision recipe",

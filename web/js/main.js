@@ -272,6 +272,8 @@ const form = new SetupForm(document.getElementById("setup-form"), {
   defaults: setup,
   onChange: setupChanged,
   requestArchitecture: (model) => engine.architecture(model),
+  requestModelInputs: (model) => engine.modelInputs(model),
+  modelInputs: deepEqual(setup.model, pageDefault.model) ? data.default_model_inputs : null,
 });
 form.build();
 form.setSetup(setup);

@@ -173,6 +173,7 @@ export function renderReport(container, report, ctx = {}) {
   );
   renderBreakdownTable(container, report);
   renderFitsOn(container, report, ctx);
+  renderHost(container, report);
   renderSuggestions(container, report, ctx.suggestionsPending, ctx.suggestionsCancelled);
   renderWarnings(container, report);
   renderRanks(container, report);
@@ -244,6 +245,73 @@ function renderFitsOn(container, report, ctx) {
   section.replaceChildren(
     el(doc, "h3", { text: "GPUs of the catalog it fits on" }),
     report.fits_on.length ? list : el(doc, "p", { class: "muted", text: "None of the catalog's GPUs holds this setup with its headroom." }),
+  );
+}
+
+/**
+ * Host (CPU) RAM per node (Report.host, trainmem.parallel.host): the training steady state (offloaded
+ * states, pinned buffers, processes) and the model load, each with its parts, and the verdict against
+ * parallelism.host_ram_gib_per_node when one is given.
+ */
+function renderHost(container, report) {
+  const doc = container.ownerDocument;
+  const section = part(container, "host", "section", { class: "card", "aria-labelledby": "host-title" });
+  const host = report.host;
+  section.hidden = !host;
+  if (!host) {
+    section.replaceChildren();
+    return;
+  }
+  const rows = [];
+  for (const [title, parts, total, testid] of [
+    ["During training", host.steady_parts, host.steady_bytes, "host-steady"],
+    ["While the model loads", host.load_parts, host.load_bytes, "host-load"],
+  ]) {
+    rows.push(
+      el(doc, "tr", { class: "category-row" }, [
+        el(doc, "th", { scope: "row", text: title }),
+        el(doc, "td", { class: "num", "data-bytes": String(total), "data-testid": testid, text: formatBytes(total) }),
+      ]),
+    );
+    for (const item of parts) {
+      rows.push(
+        el(doc, "tr", { class: "part-row" }, [
+          el(doc, "th", { scope: "row", class: "part" }, [el(doc, "span", { text: item.name }), item.detail ? el(doc, "span", { class: "muted detail", text: ` (${item.detail})` }) : null]),
+          el(doc, "td", { class: "num", "data-bytes": String(item.bytes), text: formatBytes(item.bytes) }),
+        ]),
+      );
+    }
+  }
+  if (host.nvme_bytes) {
+    rows.push(
+      el(doc, "tr", { class: "category-row" }, [
+        el(doc, "th", { scope: "row", text: "NVMe (ZeRO-Infinity)" }),
+        el(doc, "td", { class: "num", "data-bytes": String(host.nvme_bytes), "data-testid": "host-nvme", text: formatBytes(host.nvme_bytes) }),
+      ]),
+    );
+  }
+  const budget =
+    host.budget_bytes === null || host.budget_bytes === undefined
+      ? el(doc, "p", { class: "muted", text: "No host RAM budget given (parallelism.host_ram_gib_per_node)." })
+      : el(doc, "p", {
+          "data-testid": "host-verdict",
+          "data-status": host.fits ? "fits" : "does_not_fit",
+          text: `${host.fits ? "Fits" : "Does not fit"} in ${formatBytes(host.budget_bytes)} of host RAM per node.`,
+        });
+  section.replaceChildren(
+    el(doc, "h3", { id: "host-title" }, [
+      doc.createTextNode(`Host RAM per node (${host.ranks_per_node} ranks): `),
+      bytesNode(doc, "span", host.peak_bytes, "host-peak"),
+    ]),
+    el(doc, "table", { class: "host-ram", "data-testid": "host-table" }, [
+      el(doc, "caption", { class: "visually-hidden", text: "Host RAM per node, by phase and part" }),
+      el(doc, "thead", {}, [
+        el(doc, "tr", {}, [el(doc, "th", { scope: "col", text: "Part" }), el(doc, "th", { scope: "col", class: "num", text: "RAM" })]),
+      ]),
+      el(doc, "tbody", {}, rows),
+    ]),
+    budget,
+    ...(host.message ? [el(doc, "p", { class: "muted", text: host.message })] : []),
   );
 }
 

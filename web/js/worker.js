@@ -21,7 +21,14 @@ async function boot({ wheels, modules }) {
       return [path.split("/").pop(), await response.text()];
     }),
   );
-  const pyodide = await loadPyodide({ indexURL: new URL("pyodide/", base).href, stdout: () => {}, stderr: () => {} });
+  // PYDANTIC_DISABLE_PLUGINS: pydantic otherwise scans every installed distribution's entry points
+  // (importlib.metadata) when it builds its first model; the page has no pydantic plugin.
+  const pyodide = await loadPyodide({
+    indexURL: new URL("pyodide/", base).href,
+    env: { PYDANTIC_DISABLE_PLUGINS: "__all__" },
+    stdout: () => {},
+    stderr: () => {},
+  });
   progress("packages", 0.6, "Loading trainmem and pydantic…");
   const failures = [];
   await pyodide.loadPackage(
@@ -44,6 +51,7 @@ const handlers = {
   boot,
   compute: ({ setupJson, suggestions, reserveFraction }) => bridge.compute(setupJson, suggestions, reserveFraction ?? undefined), // undefined is None (null is jsnull)
   architecture: ({ modelJson }) => bridge.architecture(modelJson),
+  modelInputs: ({ modelJson }) => bridge.model_inputs(modelJson),
   markdown: ({ reportJson, title }) => bridge.markdown(reportJson, title),
   compareMarkdown: ({ aJson, bJson, aLabel, bLabel }) => bridge.compare_markdown(aJson, bJson, aLabel, bLabel),
   readFiles: ({ filesJson, formJson }) => bridge.read_files(filesJson, formJson),

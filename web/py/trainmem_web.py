@@ -146,6 +146,47 @@ def _architecture(model_json: str) -> str:
     return json.dumps({"ok": True, "architecture": found.model_dump(mode="json") if found else None})
 
 
+def model_inputs(model_json: str) -> str:
+    """The optional inputs the model takes (``trainmem.model_inputs``): which fields the form shows.
+
+    ``{"ok": true, "inputs": {"fields": ["images", "images.image_height", ...], "tasks": [...], ...}}``.
+    Only the model is validated (a sequence too long for it is the compute's error, not this one's)."""
+    try:
+        return _model_inputs(model_json)
+    except Exception as exc:  # noqa: BLE001 - the worker must always get an answer
+        return _failure("model", f"internal error ({type(exc).__name__}: {exc})")
+
+
+_MODEL_ADAPTER: list = []
+
+
+def _model_inputs(model_json: str) -> str:
+    from pydantic import create_model
+
+    from trainmem.model_inputs import model_inputs as inputs_of
+    from trainmem.setup import ModelSpec
+
+    try:
+        model = _read_json(model_json, "model")
+    except FieldError as exc:
+        return _failure("model." + exc.field if exc.field else "model", str(exc))
+    except ValueError as exc:
+        return _failure("model", str(exc))
+    if _path_instead_of_contents(model):
+        return _failure("model.hf_config", _PATH_MESSAGE)
+    if isinstance(model, str):
+        model = {"preset": model}  # Setup's shorthand
+    if not _MODEL_ADAPTER:
+        _MODEL_ADAPTER.append(create_model("ModelOnly", model=(ModelSpec, ...)))  # Setup.model, alone
+    try:
+        found = inputs_of(_MODEL_ADAPTER[0].model_validate({"model": model}).model)
+    except ValidationError as exc:
+        return json.dumps({"ok": False, "errors": field_errors(exc)})
+    except ValueError as exc:
+        return _failure("model", str(exc))
+    return json.dumps({"ok": True, "inputs": found.as_dict()})
+
+
 def markdown(report_json: str, title: str = "") -> str:
     """A report (JSON text, as compute() answered it) as the core's Markdown tables."""
     from trainmem.render_markdown import render_report_markdown
@@ -365,4 +406,5 @@ def page_data(default_setup: dict[str, Any]) -> dict[str, Any]:
         "catalogs": catalogs(),
         "default_setup": default_setup,
         "default_report": answer["report"],
+        "default_model_inputs": json.loads(model_inputs(json.dumps(default_setup.get("model"))))["inputs"],
     }

@@ -40,6 +40,7 @@ for setup in cases["setups"]:
         if answer["ok"]:
             reports.append(answer["report"])
     trainmem_web.architecture(json.dumps(setup.get("model", {})))
+    trainmem_web.model_inputs(json.dumps(setup.get("model", {})))
 trainmem_web.compute("{not json")
 form = json.dumps(cases["setups"][0])
 for files in cases["trainer_files"]:

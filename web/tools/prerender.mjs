@@ -42,6 +42,7 @@ prerender("index.html", (document, data) => {
     schema: data.schema,
     catalogs: data.catalogs,
     defaults: setup,
+    modelInputs: data.default_model_inputs,
   });
   form.build();
   form.setSetup(setup);

@@ -295,24 +295,49 @@ class Block:
 
 
 class _SortedBlocks:
-    """A ``std::set<Block*>`` ordered by a key, with ``lower_bound``."""
+    """A ``std::set<Block*>`` ordered by (stream, size, address), with ``lower_bound``.
+
+    Each key is one integer, ``stream``, ``size`` (0 when ordered by address alone) and ``address``
+    packed into fields of ``_width`` bits, so that ``bisect`` compares integers, not tuples; the
+    order is the tuples' order. A size or address that does not fit widens every field first."""
+
+    __slots__ = ("_keys", "_blocks", "_by_size", "_width")
 
     def __init__(self, by_size: bool):
-        self._keys: list[tuple[int, int, int]] = []
+        self._keys: list[int] = []
         self._blocks: list[Block] = []
         self._by_size = by_size
+        self._width = 64
 
-    def _key(self, block: Block) -> tuple[int, int, int]:
-        return (block.stream, block.size if self._by_size else 0, block.address)
+    def _key(self, block: Block) -> int:
+        width = self._width
+        if (block.size | block.address) >> width:
+            self._widen(max(block.size, block.address).bit_length())
+            width = self._width
+        size = block.size if self._by_size else 0
+        return (((block.stream << width) | size) << width) | block.address
+
+    def _widen(self, bits: int) -> None:
+        self._width = max(2 * self._width, bits)
+        self._keys = [self._key(b) for b in self._blocks]
 
     def insert(self, block: Block) -> None:
-        key = (block.stream, block.size if self._by_size else 0, block.address)
-        index = bisect.bisect_left(self._keys, key)
-        self._keys.insert(index, key)
+        width, address = self._width, block.address
+        if self._by_size and not (block.size | address) >> width:  # _key, inlined: the replay's hottest call
+            key = (((block.stream << width) | block.size) << width) | address
+        else:
+            key = self._key(block)
+        keys = self._keys
+        index = bisect.bisect_left(keys, key)
+        keys.insert(index, key)
         self._blocks.insert(index, block)
 
     def erase(self, block: Block) -> bool:
-        key = (block.stream, block.size if self._by_size else 0, block.address)
+        width, address = self._width, block.address
+        if self._by_size and not (block.size | address) >> width:
+            key = (((block.stream << width) | block.size) << width) | address
+        else:
+            key = self._key(block)
         index = bisect.bisect_left(self._keys, key)
         if index < len(self._keys) and self._blocks[index] is block:
             del self._keys[index]
@@ -321,7 +346,12 @@ class _SortedBlocks:
         return False
 
     def lower_bound(self, stream: int, size: int = 0) -> int:
-        return bisect.bisect_left(self._keys, (stream, size, -1))
+        """The first block of ``stream`` with at least ``size`` bytes (addresses are never 0)."""
+        width = self._width
+        if size >> width:
+            self._widen(size.bit_length())
+            width = self._width
+        return bisect.bisect_left(self._keys, ((stream << width) | size) << width)
 
     def __getitem__(self, index: int) -> Block:
         return self._blocks[index]
@@ -373,6 +403,8 @@ class CachingAllocator:
         self.settings = settings
         self._collects = settings.garbage_collection_enabled
         self._rounds_by_divisions = any(settings.roundup_power2_divisions)
+        self._best_fit_only = not settings.expandable_segments and not self._collects
+        """``get_free_block`` is the plain best fit (no expandable sizes, no garbage-collector clock)."""
         self.small = _Pool(small=True)
         self.large = _Pool(small=False)
         self.reserved_bytes = 0
@@ -398,9 +430,12 @@ class CachingAllocator:
         else:
             rounded = -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
         pool = self.small if rounded <= SMALL_SIZE_BYTES else self.large
-        alloc_size = allocation_size(rounded)
-        block = self._get_free_block(pool, rounded, stream)
+        if self._best_fit_only:
+            block = self._best_fit(pool, rounded, stream)
+        else:
+            block = self._get_free_block(pool, rounded, stream)
         if block is None:
+            alloc_size = allocation_size(rounded)
             if self._collects:
                 self._garbage_collect_cached_blocks()
             block = self._alloc_block(pool, rounded, alloc_size, stream)
@@ -430,7 +465,8 @@ class CachingAllocator:
             self._try_merge_blocks(block, before, pool)
         if after is not None and not after.allocated:
             self._try_merge_blocks(block, after, pool)
-        pool.insert(block)
+        block.gc_base = pool.free_block_calls  # pool.insert, inlined
+        pool.blocks.insert(block)
 
     def empty_cache(self) -> None:
         """``torch.cuda.empty_cache()`` → ``release_cached_blocks``."""
@@ -523,6 +559,30 @@ class CachingAllocator:
         pool.blocks.erase(block)
         return block
 
+    def _best_fit(self, pool: _Pool, size: int, stream: int) -> Optional[Block]:
+        """``get_free_block`` without expandable segments or a garbage collector: the same answer as
+        :meth:`_get_free_block`, with the sorted list read and the block taken out in place."""
+        blocks = pool.blocks
+        keys, width = blocks._keys, blocks._width
+        if size >> width:
+            return self._get_free_block(pool, size, stream)
+        index = bisect.bisect_left(keys, ((stream << width) | size) << width)
+        if index >= len(keys):
+            return None
+        block = blocks._blocks[index]
+        if block.stream != stream:
+            return None
+        settings = self.settings
+        max_split = settings.max_split_size_bytes
+        if size < max_split:
+            if block.size >= max_split:
+                return None
+        elif block.size >= size + settings.max_non_split_rounding_bytes:
+            return None
+        del keys[index]
+        del blocks._blocks[index]
+        return block
+
     def _alloc_block(self, pool: _Pool, size: int, alloc_size: int, stream: int) -> Optional[Block]:
         """``alloc_block``: a new segment (``cudaMalloc``), or more pages of an expandable one."""
         settings = self.settings
@@ -558,7 +618,8 @@ class CachingAllocator:
             rest.size -= size
             if self._segment_heads.pop(id(rest), None) is not None:
                 self._segment_heads[id(block)] = block
-            pool.insert(rest)
+            rest.gc_base = pool.free_block_calls  # pool.insert, inlined
+            pool.blocks.insert(rest)
         block.allocated = True
         block.requested = requested
         self.allocated_bytes += block.size

@@ -24,7 +24,8 @@ freed. This module rebuilds that order from the same pieces the simulation compo
 * the optimizer step's temporaries (foreach: one per trainable tensor, together; for-loop and
   fused: one at a time) and ``zero_grad(set_to_none=True)``.
 
-An event is ``(op, key, bytes, stream)`` with op ``"alloc"`` or ``"free"``. Not modelled here:
+An event is ``(op, slot, bytes, stream)`` with op ``"alloc"`` or ``"free"`` and ``slot`` the number of
+the allocation (0, 1, 2, ... in allocation order; a free names the slot it frees). Not modelled here:
 pipeline schedules with several micro-batches in flight (one is replayed), record_stream
 delays on side streams.
 """
@@ -58,27 +59,39 @@ MAX_REPLAYED_MICRO_BATCHES = 2
 
 @dataclass
 class _Stream:
-    """Builds the event list and keeps what is alive, so frees always match an allocation."""
+    """Builds the event list and keeps what is alive, so frees always match an allocation.
+
+    Each allocation gets the next slot number, and its events name that number instead of the
+    tensor's key: the replay then hashes small integers, not nested tuples."""
 
     events: list = field(default_factory=list)
     live: dict = field(default_factory=dict)
+    """Live key -> (bytes, stream, slot, the namespace's dict of live keys or None)."""
     by_namespace: dict = field(default_factory=dict)
     """Live keys ``(namespace, storage)`` grouped by namespace (one traced piece)."""
+    slots: int = 0
 
     def alloc(self, key: Hashable, nbytes: int, stream: int = MAIN_STREAM) -> None:
-        if nbytes <= 0 or key in self.live:
+        live = self.live
+        if nbytes <= 0 or key in live:
             return
-        self.live[key] = (nbytes, stream)
-        self.events.append(("alloc", key, nbytes, stream))
+        slot = self.slots
+        self.slots = slot + 1
+        namespace = None
         if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
-            self.by_namespace.setdefault(key[0], {})[key] = None
+            namespace = self.by_namespace.get(key[0])
+            if namespace is None:
+                namespace = self.by_namespace[key[0]] = {}
+            namespace[key] = None
+        live[key] = (nbytes, stream, slot, namespace)
+        self.events.append(("alloc", slot, nbytes, stream))
 
     def free(self, key: Hashable) -> None:
         found = self.live.pop(key, None)
         if found is not None:
-            self.events.append(("free", key, found[0], found[1]))
-            if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
-                self.by_namespace.get(key[0], {}).pop(key, None)
+            self.events.append(("free", found[2], found[0], found[1]))
+            if found[3] is not None:
+                found[3].pop(key, None)
 
     def free_all(self, keys) -> None:
         for key in list(keys):
@@ -158,16 +171,16 @@ class _StepBuilder:
         ``no_grad``: the forward runs under ``torch.no_grad`` (checkpointing's first pass): whatever
         the tape would have saved is freed as soon as the piece returns."""
         in_storage = trace.input_key[0] if trace.input_key else None
+        alloc, free = self.out.alloc, self.out.free
         for op, storage, nbytes in trace.forward_events:
             if storage == in_storage:
                 if op == "free" and not keep_input and input_ref is not None:
-                    self.out.free(input_ref)
+                    free(input_ref)
                 continue
-            key = (ns, storage)
             if op == "alloc":
-                self.out.alloc(key, nbytes)
+                alloc((ns, storage), nbytes)
             else:
-                self.out.free(key)
+                free((ns, storage))
         output = (ns, trace.output_key[0]) if trace.output_key else None
         if no_grad:
             self.out.free_all([key for key in self._keys_of(ns) if key != output])
@@ -185,6 +198,7 @@ class _StepBuilder:
         """Replay a piece's backward log; returns the key of the gradient it leaves for its input."""
         in_storage, in_uid = trace.input_key if trace.input_key else (None, None)
         out_uid = trace.output_key[1] if trace.output_key else None
+        alloc, free = self.out.alloc, self.out.free
         for op, key, nbytes in trace.backward_events:
             if isinstance(key, int):
                 mapped = input_ref if key == in_storage else (ns, key)
@@ -195,11 +209,11 @@ class _StepBuilder:
             if mapped is None:
                 continue
             if op == "alloc":
-                self.out.alloc(mapped, nbytes)
+                alloc(mapped, nbytes)
                 if isinstance(key, tuple) and key[0] == "p":
                     self.param_grads.append(mapped)
             else:
-                self.out.free(mapped)
+                free(mapped)
         if grad_ref is not None:
             self.out.free(grad_ref)  # consumed: the engine drops the incoming gradient
         leftover = (ns, ("g", in_uid))
