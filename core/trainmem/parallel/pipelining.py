@@ -1,0 +1,143 @@
+"""Pipeline parallelism as ``torch.distributed.pipelining`` runs it (PyTorch 2.13).
+
+A rank holds one ``PipelineStage`` (``ScheduleGPipe``, ``Schedule1F1B``) or
+``pipeline_virtual_stages`` of them (``ScheduleInterleaved1F1B``: rank r holds stages r, r + p, …,
+torchtitan's ``"loop"`` placement). What its memory holds beyond the stage's weights, gradients
+and optimizer states (torch/distributed/pipelining/stage.py and schedules.py):
+
+* **micro-batches in flight** — forwards whose activations wait for their backward:
+  GPipe runs all ``n_microbatches`` forwards before any backward
+  (``ScheduleGPipe._step_microbatches``); 1F1B runs ``min(n, p − r)`` warm-up forwards on
+  rank r and then one backward before each further forward (``Schedule1F1B``: "1B1F");
+  interleaved 1F1B runs ``min((v − 1)·k + 2(p − 1 − r), n·v)`` warm-up chunk forwards, with
+  k = n / max(1, n // p) micro-batches per round (``_get_warmup_ops``), then one more forward
+  before each backward (``_get_1f1b_rank_ops``), so ``warm-up + 1`` chunks are in flight when
+  any steady-state op remains. Each chunk holds L/(p·v) layers.
+* **receive buffers** — every non-first stage allocates one activation receive buffer per
+  micro-batch when it first runs (``PipelineStage._setup_forward_recv_info``), and every
+  non-last stage one gradient receive buffer per micro-batch (``_create_grad_recv_info``);
+  they live as long as the schedule. The activation buffers are autograd leaves, so
+  backward leaves the input's gradient in their ``.grad`` until the next step's
+  ``clear_runtime_states``.
+* **the last stage's output** — ``fwd_cache`` keeps each micro-batch's stage output (the
+  logits) from its forward until its backward; the single-process step drops the logits
+  after the loss. ``step(return_outputs=False)`` (torchtitan's call) keeps no merged outputs.
+
+On CUDA, NCCL's send/recv go through its own channel buffers (``NCCL_BUFFSIZE``, 4 MiB per
+channel and peer, outside the caching allocator); gloo on CPU has none; the NCCL part is
+:mod:`trainmem.parallel.nccl`'s assumption, not measured here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FieldError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plan import Plan, Stage
+
+SCHEDULE_CLASSES = {
+    "gpipe": "ScheduleGPipe",
+    "1f1b": "Schedule1F1B",
+    "interleaved_1f1b": "ScheduleInterleaved1F1B",
+}
+
+
+def check_schedule(parallel: Any) -> None:
+    """A schedule needs a pipeline; interleaving needs virtual stages, and only interleaving has them."""
+    schedule = parallel.pipeline_schedule
+    if schedule is None:
+        return
+    if parallel.pipeline_parallel_size == 1:
+        raise FieldError(
+            "parallelism.pipeline_schedule",
+            f"pipeline_schedule {schedule!r} needs pipeline_parallel_size > 1 (a schedule without pipeline parallelism)",
+        )
+    if schedule == "interleaved_1f1b" and parallel.pipeline_virtual_stages < 2:
+        raise FieldError(
+            "parallelism.pipeline_virtual_stages",
+            "pipeline_schedule 'interleaved_1f1b' needs pipeline_virtual_stages ≥ 2 (stages per rank)",
+        )
+    if schedule != "interleaved_1f1b" and parallel.pipeline_virtual_stages > 1:
+        raise FieldError(
+            "parallelism.pipeline_virtual_stages",
+            f"pipeline_schedule {schedule!r} runs one stage per rank; pipeline_virtual_stages > 1 needs 'interleaved_1f1b'",
+        )
+
+
+def check_layers(num_hidden_layers: int, parallel: Any) -> None:
+    """Every stage needs whole layers: p ≤ L, and L/p divisible by the virtual stages (Megatron-LM's
+    validate_args asserts the same for ``--num-layers-per-virtual-pipeline-stage``)."""
+    pp, virtual = parallel.pipeline_parallel_size, parallel.pipeline_virtual_stages
+    if pp > num_hidden_layers:
+        raise FieldError(
+            "parallelism.pipeline_parallel_size",
+            f"parallelism.pipeline_parallel_size ({pp}) cannot exceed num_hidden_layers ({num_hidden_layers}): "
+            "every stage needs at least one layer",
+        )
+    if virtual > 1 and num_hidden_layers % (pp * virtual):
+        raise FieldError(
+            "parallelism.pipeline_virtual_stages",
+            f"parallelism.pipeline_virtual_stages ({virtual}) must divide the layers per pipeline stage "
+            f"(num_hidden_layers {num_hidden_layers} / pipeline_parallel_size {pp})",
+        )
+
+
+def runs_torch_pipelining(plan: "Plan") -> bool:
+    return plan.parallel.pipeline_parallel_size > 1 and plan.parallel.pipeline_schedule is not None
+
+
+def in_flight_chunks(schedule: str, rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> int:
+    """Chunk forwards (of L/(p·v) layers each) whose activations rank ``rank`` holds at once."""
+    if schedule == "gpipe":
+        return micro_batches
+    if schedule == "1f1b":
+        return min(micro_batches, pipeline_size - rank)
+    rounds = max(1, micro_batches // pipeline_size)
+    per_round = micro_batches // rounds
+    total = micro_batches * virtual_stages
+    warmup = min((virtual_stages - 1) * per_round + 2 * (pipeline_size - 1 - rank), total)
+    return warmup + 1 if warmup < total else warmup
+
+
+def rank_of(stage: "Stage", pipeline_size: int) -> int:
+    """The pipeline rank a simulated stage stands for (the middle one: rank 1)."""
+    if stage.has_head and stage.index > 0:
+        return pipeline_size - 1
+    return stage.index
+
+
+def in_flight_layers(plan: "Plan", stage: "Stage") -> int:
+    """Layers' worth of activations held at once on ``stage``'s rank (chunks in flight × chunk layers)."""
+    parallel = plan.parallel
+    virtual = parallel.pipeline_virtual_stages
+    chunks = in_flight_chunks(
+        parallel.pipeline_schedule,
+        rank_of(stage, parallel.pipeline_parallel_size),
+        parallel.pipeline_parallel_size,
+        virtual,
+        plan.setup.gradient_accumulation_steps,
+    )
+    return chunks * stage.num_layers // virtual
+
+
+def receive_buffers(plan: "Plan", stage: "Stage") -> tuple[int, int]:
+    """(activation, gradient) receive buffers a rank of ``stage`` allocates: one per micro-batch and
+    per local stage that has a neighbour on that side."""
+    parallel = plan.parallel
+    virtual = parallel.pipeline_virtual_stages
+    micro_batches = plan.setup.gradient_accumulation_steps
+    rank = rank_of(stage, parallel.pipeline_parallel_size)
+    last = parallel.pipeline_parallel_size - 1
+    activation_stages = virtual - (1 if rank == 0 else 0)
+    gradient_stages = virtual - (1 if rank == last else 0)
+    return activation_stages * micro_batches, gradient_stages * micro_batches
+
+
+BUFFERS_DETAIL = (
+    "PipelineStage receive buffers, one per micro-batch (torch.distributed.pipelining stage.py: "
+    "_setup_forward_recv_info, _create_grad_recv_info)"
+)
+INPUT_GRADS_DETAIL = "the stage input's gradient left in each activation receive buffer's .grad (sent back, kept until the next step)"
+OUTPUT_DETAIL = "the last stage's output (logits) kept in PipelineStage.fwd_cache until its backward"
