@@ -204,11 +204,24 @@ def summarize(comparisons: Sequence[CaseComparison]) -> Summary:
     )
 
 
+def report_for_rank(report: Any, measurement: Measurement) -> Any:
+    """What to compare a measured rank with: the whole report, or, for a pipeline-parallel run, the
+    report's rank of the measured rank's stage (ranks are first, middle, last stage)."""
+    ranks = getattr(report, "ranks", None)
+    pipeline = measurement.setup.parallelism.pipeline_parallel_size
+    if pipeline == 1 or not ranks or len(ranks) == 1:
+        return report
+    stage = measurement.rank // (measurement.world_size // pipeline)
+    return ranks[0] if stage == 0 else ranks[-1] if stage == pipeline - 1 else ranks[1]
+
+
 def validate(
     measurements: Iterable[Measurement], estimate: Callable[[Any], Any]
 ) -> tuple[list[CaseComparison], Summary]:
-    """Compare every measurement with ``estimate(measurement.setup)``."""
-    comparisons = [compare(measurement, estimate(measurement.setup)) for measurement in measurements]
+    """Compare every measurement with ``estimate(measurement.setup)`` (its stage's rank under pipelining)."""
+    comparisons = [
+        compare(measurement, report_for_rank(estimate(measurement.setup), measurement)) for measurement in measurements
+    ]
     return comparisons, summarize(comparisons)
 
 

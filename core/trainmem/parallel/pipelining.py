@@ -141,3 +141,87 @@ BUFFERS_DETAIL = (
 )
 INPUT_GRADS_DETAIL = "the stage input's gradient left in each activation receive buffer's .grad (sent back, kept until the next step)"
 OUTPUT_DETAIL = "the last stage's output (logits) kept in PipelineStage.fwd_cache until its backward"
+
+
+def with_schedule(plan: "Plan", stages: list) -> list:
+    """The plan's stages with the micro-batches (chunks) in flight of the torch schedule."""
+    if not runs_torch_pipelining(plan):
+        return stages
+    from dataclasses import replace
+
+    parallel = plan.parallel
+    return [
+        replace(
+            stage,
+            in_flight_micro_batches=in_flight_chunks(
+                parallel.pipeline_schedule,
+                rank_of(stage, parallel.pipeline_parallel_size),
+                parallel.pipeline_parallel_size,
+                parallel.pipeline_virtual_stages,
+                plan.setup.gradient_accumulation_steps,
+            ),
+        )
+        for stage in stages
+    ]
+
+
+def later_in_flight(plan: "Plan", stage: "Stage") -> int:
+    """Chunks in flight at the backward of a later micro-batch (gradients exist by then): one fewer than
+    all the rank's chunks are left to run forward, so min(in flight, n·v − 1) — 1F1B's rank 0 with
+    n = p holds one micro-batch at its last backward, GPipe n − 1 at its second."""
+    total = plan.setup.gradient_accumulation_steps * plan.parallel.pipeline_virtual_stages
+    return max(1, min(stage.in_flight_micro_batches, total - 1))
+
+
+def earlier_layers(plan: "Plan", stage: "Stage", in_flight: int) -> int:
+    """Layers' worth of activations of the other chunks in flight while the rank runs one micro-batch
+    through all its layers."""
+    return max(0, in_flight * stage.num_layers // plan.parallel.pipeline_virtual_stages - stage.num_layers)
+
+
+def _stream_bytes(plan: "Plan") -> int:
+    from ..allocator import rounded
+    from ..tape import DTYPE_BYTES
+
+    setup = plan.setup
+    return rounded(
+        setup.micro_batch_size * setup.sequence_length * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype],
+        plan.device,
+    )
+
+
+def receive_buffer_bytes(plan: "Plan", stage: "Stage") -> int:
+    """The stage's activation and gradient receive buffers (each one micro-batch's hidden states)."""
+    if not runs_torch_pipelining(plan) or plan.architecture is None:
+        return 0
+    return sum(receive_buffers(plan, stage)) * _stream_bytes(plan)
+
+
+def output_bytes(plan: "Plan", stage: "Stage") -> int:
+    """The last stage's output, the logits of one micro-batch, that ``fwd_cache`` keeps until its backward."""
+    if not runs_torch_pipelining(plan) or not stage.has_head or plan.architecture is None:
+        return 0
+    from ..allocator import rounded
+    from ..tape import DTYPE_BYTES
+
+    setup = plan.setup
+    vocabulary = plan.architecture.vocab_size // plan.parallel.tensor_parallel_size
+    return rounded(
+        setup.micro_batch_size * setup.sequence_length * vocabulary * DTYPE_BYTES[plan.precision.stream_dtype], plan.device
+    )
+
+
+def earlier_outputs_bytes(plan: "Plan", stage: "Stage", in_flight: int, head_saved_bytes: int, rotary_bytes: int) -> int:
+    """What each earlier chunk in flight keeps besides its layers' saved tensors: its own rotary cos/sin
+    (every stage module computes them), and its output in ``fwd_cache`` — the hidden states, or on
+    GPipe's last stage the logits with the loss's saved tensors (the loss waits for the drain).
+    (The current chunk's output on a non-last stage stands where the single-process step counts the
+    incoming activation gradient, which here is the gradient receive buffer.)"""
+    if not runs_torch_pipelining(plan):
+        return 0
+    earlier = in_flight - 1
+    if stage.has_head and plan.parallel.pipeline_schedule == "gpipe":
+        kept = output_bytes(plan, stage) + head_saved_bytes
+    else:
+        kept = _stream_bytes(plan)
+    return earlier * (kept + rotary_bytes)
