@@ -268,7 +268,7 @@ def _measure_rank(setup, rank, world_size, seed, warmup_steps, case_id, descript
     environment = environment.model_copy(update={"distributed_backend": "gloo", "frameworks": {}})
     dist.destroy_process_group()
     return Measurement(
-        id=f"{case_id}-rank{rank}",
+        id=f"{case_id or _default_id(replayed, world_size)}-rank{rank}",
         description=description,
         setup=replayed,
         kernels=kernels,
@@ -309,3 +309,10 @@ def _mark_chunks(stage: Any, mark: Any, marks: dict) -> None:
 
     stage.forward_one_chunk = forward_one_chunk
     stage.backward_one_chunk = backward_one_chunk
+
+
+def _default_id(setup: Setup, world_size: int) -> str:
+    from .runner import default_case_id
+
+    schedule = (setup.parallelism.pipeline_schedule or "").replace("_", "-")
+    return f"pp-{schedule}-{default_case_id(setup, False)}-mb{setup.gradient_accumulation_steps}-w{world_size}"
