@@ -720,8 +720,12 @@ def _micro_batch(
             return stream, 0  # the checkpoint keeps the layer's input only
         return trace.saved_activation_bytes, trace.saved_weight_copy_bytes
 
+    refill = 0  # interleaved 1F1B: one chunk's activations, which a forward adds after each chunk's backward
     if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
         per_layer = sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
+        refill = pipelining.chunk_refill_bytes(
+            plan, per_layer, traces.head.saved_activation_bytes if traces.head else 0, _rotary_bytes(plan)
+        )
         if pipelining.runs_torch_pipelining(plan):
             layers = pipelining.earlier_layers(plan, stage, in_flight)
         else:
@@ -925,7 +929,8 @@ def _micro_batch(
         pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]
         if run_index == 0:
             pieces = [(kind_traces.layer, list(range(first_index + 1, first_index + count))), (kind_traces.first_layer, [first_index])]
-        for trace, indices in pieces:
+        for trace, piece in pieces:
+          for indices in pipelining.chunk_groups(plan, stage, piece):  # one group unless interleaved
             if not indices:
                 continue
             labels = [f"layer {i} backward{suffix}" for i in reversed(indices)]
@@ -943,6 +948,7 @@ def _micro_batch(
                     ("parameters", "unsharded layers kept for backward"): -kept_by_kind.get(kind, 0),
                 },
             )
+            account.add("activations", "earlier micro-batches in flight", pipelining.refill_bytes(plan, stage, indices, refill))
     if gathered_any:
         account.set("parameters", "gathered weights", 0)
 

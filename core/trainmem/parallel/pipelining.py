@@ -225,3 +225,36 @@ def earlier_outputs_bytes(plan: "Plan", stage: "Stage", in_flight: int, head_sav
     else:
         kept = _stream_bytes(plan)
     return earlier * (kept + rotary_bytes)
+
+
+def chunk_groups(plan: "Plan", stage: "Stage", indices: list[int]) -> list[list[int]]:
+    """``indices`` (ascending layers of the rank) cut where one of its interleaved chunks ends, last chunk
+    first, so that the step simulation can refill in-flight activations between chunks' backwards."""
+    virtual = plan.parallel.pipeline_virtual_stages
+    if not runs_torch_pipelining(plan) or virtual == 1 or not indices:
+        return [indices]
+    chunk_layers = stage.num_layers // virtual
+    groups: dict[int, list[int]] = {}
+    for index in indices:
+        groups.setdefault((index - stage.first_layer) // chunk_layers, []).append(index)
+    return [groups[chunk] for chunk in sorted(groups, reverse=True)]
+
+
+def chunk_refill_bytes(plan: "Plan", stage_kept_bytes: int, head_saved_bytes: int, rotary_bytes: int) -> int:
+    """One chunk's kept activations (and its output and rotary tables) under interleaved 1F1B: in the
+    steady state every chunk backward is paired with a chunk forward (``_get_1f1b_rank_ops``), so as the
+    current micro-batch's chunks finish their backward, other micro-batches' chunks take their place."""
+    virtual = plan.parallel.pipeline_virtual_stages
+    if not runs_torch_pipelining(plan) or virtual == 1:
+        return 0
+    return stage_kept_bytes // virtual + _stream_bytes(plan) + rotary_bytes
+
+
+def refill_bytes(plan: "Plan", stage: "Stage", indices: list[int], refill: int) -> int:
+    """``refill`` after the backward of a chunk that is not the rank's first (its first layer starts a chunk)."""
+    virtual = plan.parallel.pipeline_virtual_stages
+    if not refill or not indices:
+        return 0
+    chunk_layers = stage.num_layers // virtual
+    first = min(indices)
+    return refill if first > stage.first_layer and (first - stage.first_layer) % chunk_layers == 0 else 0
