@@ -123,3 +123,20 @@ def test_pp_larger_than_the_layers_names_the_layer_count(tmp_path, capsys):
     path.write_text(json.dumps(setup(pipeline=8, layers=4, micro_batches=8)))
     assert main(["estimate", str(path)]) == 2
     assert "cannot exceed num_hidden_layers (4)" in capsys.readouterr().err
+
+
+def test_1f1b_middle_ranks_are_told_apart():
+    """Rank r of Schedule1F1B holds min(n, p − r) micro-batches: ranks 1 and 2 of 4 differ, so each is
+    simulated (Megatron's path keeps one middle stage); the ranks add up to the GPUs."""
+    report = trainmem.estimate(setup("1f1b", micro_batches=4, pipeline=4), suggestions=False)
+    names = [rank.name for rank in report.ranks]
+    assert names == [
+        "first pipeline stage",
+        "middle pipeline stage (rank 1)",
+        "middle pipeline stage (rank 2)",
+        "last pipeline stage",
+    ]
+    assert sum(rank.num_ranks for rank in report.ranks) == 4
+    assert report.ranks[1].peak_allocated_bytes > report.ranks[2].peak_allocated_bytes
+    megatron = trainmem.estimate(setup(micro_batches=4, pipeline=4), suggestions=False)
+    assert [rank.name for rank in megatron.ranks][1:-1] == ["middle pipeline stages"]

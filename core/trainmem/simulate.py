@@ -525,7 +525,7 @@ def _stage_name(plan: Plan, stage: Stage) -> str:
         return "first pipeline stage"
     if stage.has_head:
         return "last pipeline stage"
-    return "middle pipeline stages"
+    return pipelining.middle_name(plan, stage)
 
 
 def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) -> None:

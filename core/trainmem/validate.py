@@ -211,8 +211,11 @@ def report_for_rank(report: Any, measurement: Measurement) -> Any:
     pipeline = measurement.setup.parallelism.pipeline_parallel_size
     if pipeline == 1 or not ranks or len(ranks) == 1:
         return report
+    from .parallel.pipelining import report_rank_of
+
     stage = measurement.rank // (measurement.world_size // pipeline)
-    return ranks[0] if stage == 0 else ranks[-1] if stage == pipeline - 1 else ranks[1]
+    setup = measurement.setup
+    return ranks[min(len(ranks) - 1, report_rank_of(setup.parallelism, setup.gradient_accumulation_steps, stage))]
 
 
 def validate(

@@ -143,13 +143,34 @@ INPUT_GRADS_DETAIL = "the stage input's gradient left in each activation receive
 OUTPUT_DETAIL = "the last stage's output (logits) kept in PipelineStage.fwd_cache until its backward"
 
 
+def middle_groups(parallel: Any, micro_batches: int) -> list[tuple[int, int]]:
+    """The middle ranks 1 … p − 2 as runs (first rank, last rank) that hold the same chunks in flight:
+    under 1F1B rank r holds min(n, p − r), so middle ranks differ; each run is simulated once."""
+    groups: list[tuple[int, int]] = []
+    previous = None
+    for rank in range(1, parallel.pipeline_parallel_size - 1):
+        chunks = in_flight_chunks(
+            parallel.pipeline_schedule, rank, parallel.pipeline_parallel_size, parallel.pipeline_virtual_stages, micro_batches
+        )
+        if chunks == previous:
+            groups[-1] = (groups[-1][0], rank)
+        else:
+            groups.append((rank, rank))
+        previous = chunks
+    return groups
+
+
 def with_schedule(plan: "Plan", stages: list) -> list:
-    """The plan's stages with the micro-batches (chunks) in flight of the torch schedule."""
+    """The plan's stages with the chunks in flight of the torch schedule, one middle stage per run of
+    middle ranks that hold the same number (:func:`middle_groups`)."""
     if not runs_torch_pipelining(plan):
         return stages
     from dataclasses import replace
 
     parallel = plan.parallel
+    micro_batches = plan.setup.gradient_accumulation_steps
+    first, last = stages[0], stages[-1]
+    middles = [replace(first, index=rank, has_embedding=False) for rank, _ in middle_groups(parallel, micro_batches)]
     return [
         replace(
             stage,
@@ -158,11 +179,38 @@ def with_schedule(plan: "Plan", stages: list) -> list:
                 rank_of(stage, parallel.pipeline_parallel_size),
                 parallel.pipeline_parallel_size,
                 parallel.pipeline_virtual_stages,
-                plan.setup.gradient_accumulation_steps,
+                micro_batches,
             ),
         )
-        for stage in stages
+        for stage in [first, *middles, last]
     ]
+
+
+def middle_name(plan: "Plan", stage: "Stage") -> str:
+    """``middle pipeline stages`` with the ranks it stands for, when the torch schedule tells them apart."""
+    groups = middle_groups(plan.parallel, plan.setup.gradient_accumulation_steps)
+    if not runs_torch_pipelining(plan) or len(groups) < 2:
+        return "middle pipeline stages"
+    first, last = next(group for group in groups if group[0] == stage.index)
+    return f"middle pipeline stage (rank {first})" if first == last else f"middle pipeline stages (ranks {first}–{last})"
+
+
+def middle_ranks(plan: "Plan", stage: "Stage") -> int:
+    """Pipeline ranks a middle stage stands for (0 when the Megatron path's one middle stage does)."""
+    if not runs_torch_pipelining(plan):
+        return 0
+    first, last = next(group for group in middle_groups(plan.parallel, plan.setup.gradient_accumulation_steps) if group[0] == stage.index)
+    return last - first + 1
+
+
+def report_rank_of(parallel: Any, micro_batches: int, pipeline_rank: int) -> int:
+    """Which of a report's ranks (first, middles in order, last) a pipeline rank is."""
+    if pipeline_rank == 0:
+        return 0
+    groups = middle_groups(parallel, micro_batches) if parallel.pipeline_schedule else [(1, parallel.pipeline_parallel_size - 2)]
+    if pipeline_rank == parallel.pipeline_parallel_size - 1:
+        return len(groups) + 1
+    return 1 + next(i for i, (first, last) in enumerate(groups) if first <= pipeline_rank <= last)
 
 
 def later_in_flight(plan: "Plan", stage: "Stage") -> int:
@@ -214,7 +262,8 @@ def output_bytes(plan: "Plan", stage: "Stage") -> int:
 def earlier_outputs_bytes(plan: "Plan", stage: "Stage", in_flight: int, head_saved_bytes: int, rotary_bytes: int) -> int:
     """What each earlier chunk in flight keeps besides its layers' saved tensors: its own rotary cos/sin
     (every stage module computes them), and its output in ``fwd_cache`` — the hidden states, or on
-    GPipe's last stage the logits with the loss's saved tensors (the loss waits for the drain).
+    GPipe's last stage the logits with the loss's saved tensors (the loss waits for the drain); on a
+    stage that receives its input, less that input, which is a receive buffer.
     (The current chunk's output on a non-last stage stands where the single-process step counts the
     incoming activation gradient, which here is the gradient receive buffer.)"""
     if not runs_torch_pipelining(plan):
@@ -224,6 +273,9 @@ def earlier_outputs_bytes(plan: "Plan", stage: "Stage", in_flight: int, head_sav
         kept = output_bytes(plan, stage) + head_saved_bytes
     else:
         kept = _stream_bytes(plan)
+    if stage.index > 0 and plan.parallel.pipeline_virtual_stages == 1:
+        # The chunk's input, which its first layer saves, is its activation receive buffer (counted apart).
+        kept -= _stream_bytes(plan)
     return earlier * (kept + rotary_bytes)
 
 
