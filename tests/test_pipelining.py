@@ -140,3 +140,32 @@ def test_1f1b_middle_ranks_are_told_apart():
     assert report.ranks[1].peak_allocated_bytes > report.ranks[2].peak_allocated_bytes
     megatron = trainmem.estimate(setup(micro_batches=4, pipeline=4), suggestions=False)
     assert [rank.name for rank in megatron.ranks][1:-1] == ["middle pipeline stages"]
+
+
+def test_setups_a_local_pipeline_run_cannot_replay_are_refused():
+    from trainmem.measure.pipelining import check_pipeline
+    from trainmem.setup import Setup
+
+    mixed = Setup.model_validate({**setup("1f1b"), "precision": "amp-bf16"})
+    with pytest.raises(ValueError, match="precision 'amp-bf16'"):
+        check_pipeline(mixed)
+    with_data_parallel = setup("1f1b")
+    with_data_parallel["parallelism"] = {**with_data_parallel["parallelism"], "num_gpus": 4}
+    with pytest.raises(ValueError, match="combined with data"):
+        check_pipeline(Setup.model_validate(with_data_parallel))
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_two_rank_1f1b_run_matches_the_estimate():
+    """A real 2-rank Schedule1F1B run on gloo (about 80 s on two cores), each rank against its stage."""
+    pytest.importorskip("torch")
+    from trainmem.measure.distributed import measure_distributed
+    from trainmem.validate import compare, report_for_rank
+
+    measurements = measure_distributed(setup("1f1b", micro_batches=2))
+    assert [m.id.rsplit("-", 1)[-1] for m in measurements] == ["rank0", "rank1"]
+    for measurement in measurements:
+        assert measurement.framework == "pipelining" and measurement.parts["pipeline receive buffers"] == 2 * 2 * 128 * 256 * 4
+        report = report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement)
+        assert abs(compare(measurement, report).relative_error) <= 0.01
