@@ -103,6 +103,7 @@ def test_gpipe_holds_more_than_1f1b():
         ({"schedule": "interleaved_1f1b"}, "parallelism.pipeline_virtual_stages"),
         ({"schedule": "1f1b", "virtual": 2}, "parallelism.pipeline_virtual_stages"),
         ({"schedule": "gpipe", "pipeline": 1}, "parallelism.pipeline_schedule"),
+        ({"schedule": "interleaved_1f1b", "virtual": 2, "micro_batches": 5}, "gradient_accumulation_steps"),  # 2 rounds
     ],
 )
 def test_bad_pipeline_layouts_are_one_line_errors(tmp_path, capsys, overrides, field):

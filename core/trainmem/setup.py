@@ -761,9 +761,10 @@ def check_divisibility(architecture: Architecture, setup: Setup) -> None:
         f"{tp_field} ({tp}) must divide vocab_size ({architecture.vocab_size}): the vocabulary is sharded; "
         "Megatron pads it to a multiple of 128 × TP (--make-vocab-size-divisible-by), give the padded size",
     )
-    from .parallel.pipelining import check_layers
+    from .parallel.pipelining import check_layers, check_micro_batches
 
     check_layers(architecture.num_hidden_layers, parallel)
+    check_micro_batches(setup.gradient_accumulation_steps, parallel)
     need(
         _divides(pp, architecture.num_hidden_layers),
         "parallelism.pipeline_parallel_size",

@@ -66,6 +66,19 @@ def check_schedule(parallel: Any) -> None:
         )
 
 
+def check_micro_batches(micro_batches: int, parallel: Any) -> None:
+    """``ScheduleInterleaved1F1B`` runs max(1, n // p) rounds and refuses an n they do not divide."""
+    if parallel.pipeline_schedule != "interleaved_1f1b":
+        return
+    rounds = max(1, micro_batches // parallel.pipeline_parallel_size)
+    if micro_batches % rounds:
+        raise FieldError(
+            "gradient_accumulation_steps",
+            f"ScheduleInterleaved1F1B needs the micro-batches per step (gradient_accumulation_steps {micro_batches}) "
+            f"to be a multiple of its rounds, max(1, {micro_batches} // pipeline_parallel_size) = {rounds}",
+        )
+
+
 def check_layers(num_hidden_layers: int, parallel: Any) -> None:
     """Every stage needs whole layers: p ≤ L, and L/p divisible by the virtual stages (Megatron-LM's
     validate_args asserts the same for ``--num-layers-per-virtual-pipeline-stage``)."""
