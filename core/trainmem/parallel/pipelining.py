@@ -115,24 +115,10 @@ def in_flight_chunks(schedule: str, rank: int, pipeline_size: int, virtual_stage
 
 
 def rank_of(stage: "Stage", pipeline_size: int) -> int:
-    """The pipeline rank a simulated stage stands for (the middle one: rank 1)."""
+    """The pipeline rank a simulated stage stands for (a middle stage carries its first rank as index)."""
     if stage.has_head and stage.index > 0:
         return pipeline_size - 1
     return stage.index
-
-
-def in_flight_layers(plan: "Plan", stage: "Stage") -> int:
-    """Layers' worth of activations held at once on ``stage``'s rank (chunks in flight × chunk layers)."""
-    parallel = plan.parallel
-    virtual = parallel.pipeline_virtual_stages
-    chunks = in_flight_chunks(
-        parallel.pipeline_schedule,
-        rank_of(stage, parallel.pipeline_parallel_size),
-        parallel.pipeline_parallel_size,
-        virtual,
-        plan.setup.gradient_accumulation_steps,
-    )
-    return chunks * stage.num_layers // virtual
 
 
 def receive_buffers(plan: "Plan", stage: "Stage") -> tuple[int, int]:
