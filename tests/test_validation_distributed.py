@@ -4,7 +4,7 @@
 runs on gloo (``scripts/build_distributed_corpus.py``: DDP, FSDP2, DTensor tensor
 parallelism, DeepSpeed ZeRO 1–3; torch.distributed.pipelining schedules, ``pp-*``, each rank
 compared with its stage's rank of the report). Reading it needs no torch. Cases whose framework rule is
-not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason (none today); every other
+not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason; every other
 case must meet the single-device corpus's targets (peak within 5%, median within 2%,
 categories holding more than 1% of the peak within 5%), and a listed case that starts to meet
 them fails the test so the list shrinks.
@@ -22,7 +22,11 @@ from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, MEDIAN_TARGET, compar
 
 CORPUS = load_corpus(default_corpus_path(distributed=True))
 
-NOT_YET_MODELLED: dict[str, str] = {}
+NOT_YET_MODELLED: dict[str, str] = {
+    "pp-interleaved-v2-llama-8l-fp32-mb4-w4": "interleaved 1F1B on 4 ranks: each rank's peak comes while only some of "
+    "its chunks have gradients (the step simulation's micro-batch moments have none or all of them); peaks within "
+    "3.7%, gradients and activations at the peak are not",
+}
 """Case id (without -rankN) -> what trainmem does not model yet."""
 
 
@@ -112,7 +116,7 @@ def test_the_corpus_has_every_torch_pipeline_schedule():
     assert {m.setup.precision for m in PIPELINE} >= {"fp32", "bf16-pure"}
 
 
-@pytest.mark.parametrize("measurement", PIPELINE, ids=[m.id for m in PIPELINE])
+@pytest.mark.parametrize("measurement", [m for m in PIPELINE if m in GATED], ids=[m.id for m in PIPELINE if m in GATED])
 def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
     report = trainmem.estimate(measurement.setup, suggestions=False)
     comparison = compare(measurement, report_for_rank(report, measurement))
@@ -120,3 +124,10 @@ def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
     assert comparison.worst_category_error <= CATEGORY_TARGET, comparison.categories
     buffers = sum(p.bytes for p in report_for_rank(report, measurement).parts if p.name == "pipeline receive buffers")
     assert buffers == measurement.parts["pipeline receive buffers"]  # one per micro-batch, as PipelineStage allocates
+
+
+@pytest.mark.parametrize("measurement", [m for m in PIPELINE if m in OPEN], ids=[m.id for m in PIPELINE if m in OPEN])
+def test_open_pipeline_ranks_still_hold_their_peak_within_the_gate(measurement):
+    """The open interleaved case: the categories are not met, the peak is."""
+    comparison = compare(measurement, report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement))
+    assert abs(comparison.relative_error) <= MAX_TARGET, comparison

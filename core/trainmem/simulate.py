@@ -723,9 +723,7 @@ def _micro_batch(
     refill = 0  # interleaved 1F1B: one chunk's activations, which a forward adds after each chunk's backward
     if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
         per_layer = sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
-        refill = pipelining.chunk_refill_bytes(
-            plan, per_layer, traces.head.saved_activation_bytes if traces.head else 0, _rotary_bytes(plan)
-        )
+        refill = pipelining.chunk_refill_bytes(plan, stage, per_layer, _rotary_bytes(plan))
         if pipelining.runs_torch_pipelining(plan):
             layers = pipelining.earlier_layers(plan, stage, in_flight)
         else:

@@ -107,11 +107,55 @@ def in_flight_chunks(schedule: str, rank: int, pipeline_size: int, virtual_stage
         return micro_batches
     if schedule == "1f1b":
         return min(micro_batches, pipeline_size - rank)
+    warmup, steady = _interleaved_phases(rank, pipeline_size, virtual_stages, micro_batches)
+    return warmup + 1 if steady else warmup
+
+
+def _interleaved_phases(rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> tuple[int, int]:
+    """(warm-up chunk forwards, steady forward-backward pairs) of ScheduleInterleaved1F1B on ``rank``."""
     rounds = max(1, micro_batches // pipeline_size)
     per_round = micro_batches // rounds
     total = micro_batches * virtual_stages
     warmup = min((virtual_stages - 1) * per_round + 2 * (pipeline_size - 1 - rank), total)
-    return warmup + 1 if warmup < total else warmup
+    return warmup, total - warmup
+
+
+def interleaved_order(rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> list[tuple[str, int]]:
+    """The rank's chunk operations in order, ("F" | "B", local chunk): warm-up forwards, then a forward
+    and a backward per step, then the cool-down backwards; forwards walk the local chunks first to last,
+    backwards last to first, one round of micro-batches at a time (torch's ``_get_1f1b_rank_ops`` with
+    ``ScheduleInterleaved1F1B``'s stage-index rules)."""
+    rounds = max(1, micro_batches // pipeline_size)
+    per_round = micro_batches // rounds
+    warmup, steady = _interleaved_phases(rank, pipeline_size, virtual_stages, micro_batches)
+    forward = lambda step: (step // per_round) % virtual_stages  # noqa: E731
+    backward = lambda step: virtual_stages - 1 - ((step - warmup) // per_round) % virtual_stages  # noqa: E731
+    order = [("F", forward(step)) for step in range(warmup)]
+    for step in range(warmup, warmup + steady):
+        order += [("F", forward(step)), ("B", backward(step))]
+    order += [("B", backward(step)) for step in range(warmup + steady, warmup + steady + warmup)]
+    return order
+
+
+def interleaved_later_in_flight(rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> int:
+    """Chunks in flight at the moment the step simulation's later micro-batch stands for, when its
+    gradients exist: on the last rank the head's chunk, whose gradients dominate, runs the first
+    backwards, so at its second backward; elsewhere at the first backward after every local chunk
+    has had one. (Between them gradients exist for some chunks only, which the simulation's two
+    micro-batch moments do not represent.)"""
+    seen: set[int] = set()
+    backwards = 0
+    in_flight = 0
+    for kind, chunk in interleaved_order(rank, pipeline_size, virtual_stages, micro_batches):
+        if kind == "F":
+            in_flight += 1
+            continue
+        if (rank == pipeline_size - 1 and backwards == 1) or len(seen) == virtual_stages:
+            return in_flight
+        seen.add(chunk)
+        backwards += 1
+        in_flight -= 1
+    return 1
 
 
 def rank_of(stage: "Stage", pipeline_size: int) -> int:
@@ -216,8 +260,12 @@ def later_in_flight(plan: "Plan", stage: "Stage") -> int:
     """Chunks in flight at the backward of a later micro-batch (gradients exist by then): one fewer than
     all the rank's chunks are left to run forward, so min(in flight, n·v − 1) — 1F1B's rank 0 with
     n = p holds one micro-batch at its last backward, GPipe n − 1 at its second."""
-    total = plan.setup.gradient_accumulation_steps * plan.parallel.pipeline_virtual_stages
-    return max(1, min(stage.in_flight_micro_batches, total - 1))
+    parallel = plan.parallel
+    micro_batches = plan.setup.gradient_accumulation_steps
+    if parallel.pipeline_schedule == "interleaved_1f1b":
+        rank = rank_of(stage, parallel.pipeline_parallel_size)
+        return interleaved_later_in_flight(rank, parallel.pipeline_parallel_size, parallel.pipeline_virtual_stages, micro_batches)
+    return max(1, min(stage.in_flight_micro_batches, micro_batches - 1))
 
 
 def earlier_layers(plan: "Plan", stage: "Stage", in_flight: int) -> int:
@@ -291,13 +339,17 @@ def chunk_groups(plan: "Plan", stage: "Stage", indices: list[int]) -> list[list[
     return [groups[chunk] for chunk in sorted(groups, reverse=True)]
 
 
-def chunk_refill_bytes(plan: "Plan", stage_kept_bytes: int, head_saved_bytes: int, rotary_bytes: int) -> int:
+def chunk_refill_bytes(plan: "Plan", stage: "Stage", stage_kept_bytes: int, rotary_bytes: int) -> int:
     """One chunk's kept activations (and its output and rotary tables) under interleaved 1F1B: in the
     steady state every chunk backward is paired with a chunk forward (``_get_1f1b_rank_ops``), so as the
     current micro-batch's chunks finish their backward, other micro-batches' chunks take their place."""
-    virtual = plan.parallel.pipeline_virtual_stages
+    parallel = plan.parallel
+    virtual = parallel.pipeline_virtual_stages
     if not runs_torch_pipelining(plan) or virtual == 1:
         return 0
+    rank = rank_of(stage, parallel.pipeline_parallel_size)
+    if not _interleaved_phases(rank, parallel.pipeline_parallel_size, virtual, plan.setup.gradient_accumulation_steps)[1]:
+        return 0  # no steady state: every forward ran before the first backward
     return stage_kept_bytes // virtual + _stream_bytes(plan) + rotary_bytes
 
 
