@@ -170,3 +170,30 @@ def test_a_two_rank_1f1b_run_matches_the_estimate():
         assert measurement.framework == "pipelining" and measurement.parts["pipeline receive buffers"] == 2 * 2 * 128 * 256 * 4
         report = report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement)
         assert abs(compare(measurement, report).relative_error) <= 0.01
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("pipeline", "virtual", "micro_batches"), [(2, 2, 4), (4, 2, 4), (4, 2, 8), (2, 3, 2), (4, 3, 6)])
+def test_interleaved_order_is_torchs(pipeline, virtual, micro_batches):
+    """trainmem's order of chunk forwards and backwards per rank equals the pipeline_order torch builds
+    (ScheduleInterleaved1F1B._calculate_single_rank_operations, evaluated on a stand-in schedule)."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from types import SimpleNamespace
+
+    from trainmem.parallel.pipelining import interleaved_order
+
+    rounds = max(1, micro_batches // pipeline)
+    stand_in = SimpleNamespace(
+        n_local_stages=virtual,
+        microbatches_per_round=micro_batches // rounds,
+        pp_group_size=pipeline,
+        _n_microbatches=micro_batches,
+    )
+    for rank in range(pipeline):
+        actions = schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(stand_in, rank)
+        theirs = [
+            ("F" if action.computation_type == schedules._ComputationType.FORWARD else "B", action.stage_index // pipeline)
+            for action in actions
+            if action is not None
+        ]
+        assert interleaved_order(rank, pipeline, virtual, micro_batches) == theirs
