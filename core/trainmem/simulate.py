@@ -927,8 +927,9 @@ def _micro_batch(
         pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]
         if run_index == 0:
             pieces = [(kind_traces.layer, list(range(first_index + 1, first_index + count))), (kind_traces.first_layer, [first_index])]
-        for trace, piece in pieces:
-          for indices in pipelining.chunk_groups(plan, stage, piece):  # one group unless interleaved
+        # interleaved 1F1B: cut where the rank's chunks end (one group per piece otherwise)
+        pieces = [(trace, group) for trace, indices in pieces for group in pipelining.chunk_groups(plan, stage, indices)]
+        for trace, indices in pieces:
             if not indices:
                 continue
             labels = [f"layer {i} backward{suffix}" for i in reversed(indices)]
