@@ -141,12 +141,4 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
             ("interleaved-v2", "interleaved_1f1b", 4, "fp32", 2, 2),
         ]
     ],
-    case(
-        "pp-interleaved-v2-llama-8l-fp32-mb4-w4",
-        "torch.distributed.pipelining interleaved_1f1b, 4 micro-batches, fp32",
-        pipeline("interleaved_1f1b", 4, 2),
-        gradient_accumulation_steps=4,
-        attention="sdpa",
-        model={"hf_config": {**LLAMA_7M, "num_hidden_layers": 8}},
-    ),
 ]

@@ -197,3 +197,25 @@ def test_interleaved_order_is_torchs(pipeline, virtual, micro_batches):
             if action is not None
         ]
         assert interleaved_order(rank, pipeline, virtual, micro_batches) == theirs
+
+
+OPEN_INTERLEAVED = "pipelining_interleaved_w4.jsonl"
+"""tests/data: ScheduleInterleaved1F1B on 4 gloo ranks × 2 stages of an 8-layer Llama (4 micro-batches, fp32),
+measured with ``trainmem measure`` like the corpus's pp-* cases. Kept out of the packaged corpus because it does
+not meet the category gate yet: each rank peaks while only some of its chunks have gradients (rank 0 at its first
+backward of chunk 1, the embedding's chunk still without), a moment between the step simulation's "no gradients"
+and "all gradients" micro-batches. The peaks are within the gate; this test fails when the categories meet it too,
+so that the record moves into the corpus."""
+
+
+def test_the_open_four_rank_interleaved_run():
+    from pathlib import Path
+
+    from trainmem.measure.corpus import load_corpus
+    from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, compare, report_for_rank
+
+    ranks = load_corpus(Path(__file__).parent / "data" / OPEN_INTERLEAVED)
+    assert [m.rank for m in ranks] == [0, 1, 2, 3]
+    comparisons = [compare(m, report_for_rank(trainmem.estimate(m.setup, suggestions=False), m)) for m in ranks]
+    assert all(abs(c.relative_error) <= MAX_TARGET for c in comparisons), comparisons
+    assert not all(c.worst_category_error <= CATEGORY_TARGET for c in comparisons), "now gated: move it into the corpus"

@@ -4,7 +4,7 @@
 runs on gloo (``scripts/build_distributed_corpus.py``: DDP, FSDP2, DTensor tensor
 parallelism, DeepSpeed ZeRO 1–3; torch.distributed.pipelining schedules, ``pp-*``, each rank
 compared with its stage's rank of the report). Reading it needs no torch. Cases whose framework rule is
-not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason; every other
+not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason (none today); every other
 case must meet the single-device corpus's targets (peak within 5%, median within 2%,
 categories holding more than 1% of the peak within 5%), and a listed case that starts to meet
 them fails the test so the list shrinks.
@@ -22,11 +22,7 @@ from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, MEDIAN_TARGET, compar
 
 CORPUS = load_corpus(default_corpus_path(distributed=True))
 
-NOT_YET_MODELLED: dict[str, str] = {
-    "pp-interleaved-v2-llama-8l-fp32-mb4-w4": "interleaved 1F1B on 4 ranks: each rank's peak comes while only some of "
-    "its chunks have gradients (the step simulation's micro-batch moments have none or all of them); peaks within "
-    "3.7%, gradients and activations at the peak are not",
-}
+NOT_YET_MODELLED: dict[str, str] = {}
 """Case id (without -rankN) -> what trainmem does not model yet."""
 
 
@@ -125,9 +121,3 @@ def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
     buffers = sum(p.bytes for p in report_for_rank(report, measurement).parts if p.name == "pipeline receive buffers")
     assert buffers == measurement.parts["pipeline receive buffers"]  # one per micro-batch, as PipelineStage allocates
 
-
-@pytest.mark.parametrize("measurement", [m for m in PIPELINE if m in OPEN], ids=[m.id for m in PIPELINE if m in OPEN])
-def test_open_pipeline_ranks_still_hold_their_peak_within_the_gate(measurement):
-    """The open interleaved case: the categories are not met, the peak is."""
-    comparison = compare(measurement, report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement))
-    assert abs(comparison.relative_error) <= MAX_TARGET, comparison
