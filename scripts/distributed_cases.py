@@ -13,7 +13,9 @@ with activation checkpointing; DTensor tensor parallelism with and without
 optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3; FSDP1 (FULL_SHARD, and
 HYBRID_SHARD on 4 ranks as 2 × 2). FSDP2 with ``CPUOffloadPolicy`` runs here too, but on a CPU-only
 machine its host-device copies are no-ops (the device side is not a GPU's), so it is not in the list;
-DeepSpeed with gradient accumulation is not in the list yet.
+DeepSpeed with gradient accumulation is not in the list yet. Pipeline parallelism with
+``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2 and 4 micro-batches, fp32 and bf16, 2
+and 4 ranks) and interleaved 1F1B with 2 stages per rank.
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ def case(case_id: str, description: str, parallelism: dict, precision: str = "fp
 FSDP = {"strategy": "fsdp", "fsdp_version": 2}
 FSDP_MIXED = {**FSDP, "fsdp_reduce_dtype": "fp32"}
 TP = {"tensor_parallel_size": 2, "tensor_parallel_flavor": "dtensor"}
+
+
+def pipeline(schedule: str, ranks: int, virtual: int = 1) -> dict[str, Any]:
+    """torch.distributed.pipelining over every rank (trainmem.measure.pipelining)."""
+    return {"num_gpus": ranks, "pipeline_parallel_size": ranks, "pipeline_schedule": schedule, "pipeline_virtual_stages": virtual}
 
 
 def zero(stage: int, **more: Any) -> dict[str, Any]:
@@ -116,4 +123,22 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         "FSDP1 HYBRID_SHARD (HSDP) on 4 ranks as 2 x 2, fp32",
         {"strategy": "fsdp", "fsdp_version": 1, "fsdp_sharding_strategy": "HYBRID_SHARD", "gpus_per_node": 2, "num_gpus": 4},
     ),
+    *[
+        case(
+            f"pp-{name}-llama-7m-{'bf16' if precision == 'bf16-pure' else 'fp32'}-mb{micro_batches}-w{ranks}",
+            f"torch.distributed.pipelining {schedule}, {micro_batches} micro-batches, {precision}",
+            pipeline(schedule, ranks, virtual),
+            precision,
+            gradient_accumulation_steps=micro_batches,
+            attention="sdpa",
+        )
+        for name, schedule, micro_batches, precision, virtual, ranks in [
+            ("1f1b", "1f1b", 2, "fp32", 1, 2),
+            ("1f1b", "1f1b", 4, "fp32", 1, 2),
+            ("1f1b", "1f1b", 4, "bf16-pure", 1, 2),
+            ("1f1b", "1f1b", 4, "fp32", 1, 4),
+            ("gpipe", "gpipe", 4, "fp32", 1, 2),
+            ("interleaved-v2", "interleaved_1f1b", 4, "fp32", 2, 2),
+        ]
+    ],
 ]

@@ -129,7 +129,7 @@ def test_the_text_report_shows_host_ram_when_offloading(capsys):
     assert "Host RAM per node (8 ranks)" in out and "model load" in out
 
 
-@pytest.mark.parametrize(("pipeline", "virtual"), [(4, 2), (8, 3), (4, 5)])
+@pytest.mark.parametrize(("pipeline", "virtual"), [(4, 2), (8, 5), (4, 5)])  # v divides the L/p layers of a stage
 def test_interleaved_first_stage_holds_korthikanti_factor_of_the_layers(pipeline, virtual):
     """Korthikanti et al. 2022, 4.2.3: the first stage of an interleaved schedule holds
     L × (1 + (p − 1)/(p·v)) layers' activations (L without interleaving)."""

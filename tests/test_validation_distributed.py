@@ -2,7 +2,8 @@
 
 ``trainmem/data/corpus_distributed.jsonl`` holds one line per rank of real 2- and 4-rank
 runs on gloo (``scripts/build_distributed_corpus.py``: DDP, FSDP2, DTensor tensor
-parallelism, DeepSpeed ZeRO 1–3). Reading it needs no torch. Cases whose framework rule is
+parallelism, DeepSpeed ZeRO 1–3; torch.distributed.pipelining schedules, ``pp-*``, each rank
+compared with its stage's rank of the report). Reading it needs no torch. Cases whose framework rule is
 not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason (none today); every other
 case must meet the single-device corpus's targets (peak within 5%, median within 2%,
 categories holding more than 1% of the peak within 5%), and a listed case that starts to meet
@@ -17,7 +18,7 @@ import pytest
 
 import trainmem
 from trainmem.measure.corpus import default_corpus_path, load_corpus
-from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, MEDIAN_TARGET, compare, summarize
+from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, MEDIAN_TARGET, compare, report_for_rank, summarize
 
 CORPUS = load_corpus(default_corpus_path(distributed=True))
 
@@ -34,14 +35,14 @@ OPEN = [m for m in CORPUS if _case(m) in NOT_YET_MODELLED]
 
 
 def test_the_distributed_corpus_covers_every_framework():
-    assert {m.framework for m in CORPUS} == {"ddp", "fsdp1", "fsdp2", "dtensor-tp", "deepspeed"}
+    assert {m.framework for m in CORPUS} == {"ddp", "fsdp1", "fsdp2", "dtensor-tp", "deepspeed", "pipelining"}
     assert all(m.world_size == m.setup.parallelism.num_gpus and 0 <= m.rank < m.world_size for m in CORPUS)
     assert all(m.environment.distributed_backend == "gloo" for m in CORPUS)
 
 
 @pytest.fixture(scope="module")
 def comparisons():
-    return [compare(m, trainmem.estimate(m.setup, suggestions=False)) for m in GATED]
+    return [compare(m, report_for_rank(trainmem.estimate(m.setup, suggestions=False), m)) for m in GATED]
 
 
 def test_peak_error_targets(comparisons):
@@ -61,7 +62,7 @@ def test_open_cases_are_still_open(case):
     assert ranks, f"{case} is not in the distributed corpus"
 
     def meets(measurement) -> bool:
-        comparison = compare(measurement, trainmem.estimate(measurement.setup, suggestions=False))
+        comparison = compare(measurement, report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement))
         return abs(comparison.relative_error) <= MAX_TARGET and comparison.worst_category_error <= CATEGORY_TARGET
 
     assert not all(meets(m) for m in ranks), f"{case} now meets the targets on every rank: remove it from NOT_YET_MODELLED"
@@ -100,3 +101,23 @@ def test_offloaded_bytes_match_what_deepspeed_keeps_on_the_host(measurement):
     assert abs(predicted - measured) <= 0.01 * measured, (predicted, measurement.host_parts)
     names = {part.name for part in report.host.steady_parts}
     assert "offloaded fp32 gradient partition" in names and "offloaded optimizer states" in names
+
+
+PIPELINE = [m for m in CORPUS if m.framework == "pipelining"]
+
+
+def test_the_corpus_has_every_torch_pipeline_schedule():
+    schedules = {(m.setup.parallelism.pipeline_schedule, m.setup.gradient_accumulation_steps) for m in PIPELINE}
+    assert schedules >= {("gpipe", 4), ("1f1b", 2), ("1f1b", 4), ("interleaved_1f1b", 4)}
+    assert {m.setup.precision for m in PIPELINE} >= {"fp32", "bf16-pure"}
+
+
+@pytest.mark.parametrize("measurement", [m for m in PIPELINE if m in GATED], ids=[m.id for m in PIPELINE if m in GATED])
+def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
+    report = trainmem.estimate(measurement.setup, suggestions=False)
+    comparison = compare(measurement, report_for_rank(report, measurement))
+    assert abs(comparison.relative_error) <= MAX_TARGET, comparison
+    assert comparison.worst_category_error <= CATEGORY_TARGET, comparison.categories
+    buffers = sum(p.bytes for p in report_for_rank(report, measurement).parts if p.name == "pipeline receive buffers")
+    assert buffers == measurement.parts["pipeline receive buffers"]  # one per micro-batch, as PipelineStage allocates
+

@@ -212,7 +212,9 @@ def _ranks_like(plan: Plan, simulation: RankSimulation) -> int:
         return parallel.num_gpus
     if simulation.stage.index == 0 or simulation.stage.has_head:
         return per_stage
-    return per_stage * (pp - 2)
+    from .parallel.pipelining import middle_ranks  # torch schedules tell middle ranks apart
+
+    return per_stage * (middle_ranks(plan, simulation.stage) or pp - 2)
 
 
 def _resolved(plan: Plan) -> Resolved:

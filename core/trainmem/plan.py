@@ -157,7 +157,9 @@ class Plan:
         if pp > 2:
             stages.append(Stage(1, layers, False, False, min(pp - 1, micro_batches)))
         stages.append(Stage(pp - 1, layers, False, True, 1))
-        return stages
+        from .parallel.pipelining import with_schedule  # torch.distributed.pipelining's schedules
+
+        return with_schedule(self, stages)
 
     # ------------------------------------------------------------------ which tensors train
     @cached_property

@@ -363,6 +363,12 @@ class Parallelism(StrictModel):
         description="Megatron virtual_pipeline_model_parallel_size: model chunks per pipeline rank (interleaved 1F1B); "
         "1: the plain 1F1B schedule.",
     )
+    pipeline_schedule: Optional[Literal["gpipe", "1f1b", "interleaved_1f1b"]] = Field(
+        default=None,
+        description="torch.distributed.pipelining schedule (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B with "
+        "pipeline_virtual_stages stages per rank): PipelineStage's per-micro-batch receive buffers and the last "
+        "stage's kept outputs are counted; None: Megatron-Core's 1F1B (interleaved with virtual stages).",
+    )
     sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tensor parallel).")
     context_parallel_size: ParallelSize = Field(default=1, description=limits.PARALLEL_SIZE.describe())
     expert_parallel_size: ParallelSize = Field(default=1, description=limits.PARALLEL_SIZE.describe())
@@ -455,6 +461,9 @@ class Parallelism(StrictModel):
             raise FieldError("offload_optimizer", "offload_optimizer needs strategy 'zero' or 'fsdp'")
         if self.pipeline_virtual_stages > 1 and self.pipeline_parallel_size == 1:
             raise FieldError("pipeline_virtual_stages", "pipeline_virtual_stages > 1 needs pipeline_parallel_size > 1")
+        from .parallel.pipelining import check_schedule
+
+        check_schedule(self)
         if self.offload_device == "nvme" and not (self.offload_optimizer or self.offload_parameters):
             raise FieldError("offload_device", "offload_device 'nvme' needs offload_optimizer or offload_parameters")
         if self.offload_device == "nvme" and self.strategy != "zero":
@@ -752,6 +761,10 @@ def check_divisibility(architecture: Architecture, setup: Setup) -> None:
         f"{tp_field} ({tp}) must divide vocab_size ({architecture.vocab_size}): the vocabulary is sharded; "
         "Megatron pads it to a multiple of 128 × TP (--make-vocab-size-divisible-by), give the padded size",
     )
+    from .parallel.pipelining import check_layers, check_micro_batches
+
+    check_layers(architecture.num_hidden_layers, parallel)
+    check_micro_batches(setup.gradient_accumulation_steps, parallel)
     need(
         _divides(pp, architecture.num_hidden_layers),
         "parallelism.pipeline_parallel_size",

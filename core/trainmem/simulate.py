@@ -35,7 +35,7 @@ from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from . import packing, padding_mask
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
-from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron
+from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron, pipelining
 from .timeline import MemoryAccount
 from .training import phases as training_phases
 from .training.distillation import trace_gkd_head
@@ -504,6 +504,7 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
     account = MemoryAccount()
     training_phases.resident_copies(plan, stage, account)
     _resident_states(plan, states, account)
+    account.set("overhead", "pipeline receive buffers", pipelining.receive_buffer_bytes(plan, stage), pipelining.BUFFERS_DETAIL)
     if plan.architecture is None:
         _count_only_step(plan, states, account)
     else:
@@ -514,6 +515,8 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
         training_phases.record_generation_phases(plan, account)
         _micro_batch(plan, stage, states, first, account, micro_batch=1, in_flight=in_flight, grads_exist=False)
         if accumulation > 1:
+            if pipelining.runs_torch_pipelining(plan):
+                in_flight = pipelining.later_in_flight(plan, stage)
             _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=True)
         _optimizer_step(plan, states, account)
     return RankSimulation(stage, account, states.offloaded_bytes, _stage_name(plan, stage), states.offloaded_parts)
@@ -526,7 +529,7 @@ def _stage_name(plan: Plan, stage: Stage) -> str:
         return "first pipeline stage"
     if stage.has_head:
         return "last pipeline stage"
-    return "middle pipeline stages"
+    return pipelining.middle_name(plan, stage)
 
 
 def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) -> None:
@@ -722,10 +725,18 @@ def _micro_batch(
             return stream, 0  # the checkpoint keeps the layer's input only
         return trace.saved_activation_bytes, trace.saved_weight_copy_bytes
 
+    refill = 0  # interleaved 1F1B: one chunk's activations, which a forward adds after each chunk's backward
     if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
         per_layer = sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
-        layers = megatron.earlier_micro_batches_layers(plan, stage)
+        refill = pipelining.chunk_refill_bytes(plan, stage, per_layer, _rotary_bytes(plan))
+        if pipelining.runs_torch_pipelining(plan):
+            layers = pipelining.earlier_layers(plan, stage, in_flight)
+        else:
+            layers = megatron.earlier_micro_batches_layers(plan, stage)
         held = int(layers * per_layer / max(1, stage.num_layers))
+        held += pipelining.earlier_outputs_bytes(
+            plan, stage, in_flight, traces.head.saved_activation_bytes if traces.head else 0, _rotary_bytes(plan)
+        )
         schedule = (
             f"interleaved 1F1B, {plan.parallel.pipeline_virtual_stages} virtual stages"
             if plan.parallel.pipeline_virtual_stages > 1 and stage.index == 0
@@ -838,6 +849,7 @@ def _micro_batch(
         account.set("activations", "embedding output", 0)
         account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
         account.set("activations", stacks.DISCARDED, 0)  # the model's output object is dropped after the loss
+        account.set("activations", "pipeline stage output", pipelining.output_bytes(plan, stage), pipelining.OUTPUT_DETAIL)
         account.add(
             "activations",
             "saved by the loss head",
@@ -922,6 +934,8 @@ def _micro_batch(
         pieces = [(kind_traces.layer, list(range(first_index, first_index + count)))]
         if run_index == 0:
             pieces = [(kind_traces.layer, list(range(first_index + 1, first_index + count))), (kind_traces.first_layer, [first_index])]
+        # interleaved 1F1B: cut where the rank's chunks end (one group per piece otherwise)
+        pieces = [(trace, group) for trace, indices in pieces for group in pipelining.chunk_groups(plan, stage, indices)]
         for trace, indices in pieces:
             if not indices:
                 continue
@@ -940,6 +954,7 @@ def _micro_batch(
                     ("parameters", "unsharded layers kept for backward"): -kept_by_kind.get(kind, 0),
                 },
             )
+            account.add("activations", "earlier micro-batches in flight", pipelining.refill_bytes(plan, stage, indices, refill))
     if gathered_any:
         account.set("parameters", "gathered weights", 0)
 
@@ -987,6 +1002,7 @@ def _micro_batch(
         account.set("activations", "padding attention mask", 0)
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
+    account.set("activations", "pipeline stage output", 0)
     account.set("parameters", copies_name, 0)
     account.set("parameters", "FSDP root unit (unsharded)", 0)
     account.set("parameters", "gathered embedding and head", 0)

@@ -204,11 +204,27 @@ def summarize(comparisons: Sequence[CaseComparison]) -> Summary:
     )
 
 
+def report_for_rank(report: Any, measurement: Measurement) -> Any:
+    """What to compare a measured rank with: the whole report, or, for a pipeline-parallel run, the
+    report's rank of the measured rank's stage (ranks are first, middle, last stage)."""
+    ranks = getattr(report, "ranks", None)
+    pipeline = measurement.setup.parallelism.pipeline_parallel_size
+    if pipeline == 1 or not ranks or len(ranks) == 1:
+        return report
+    from .parallel.pipelining import report_rank_of
+
+    stage = measurement.rank // (measurement.world_size // pipeline)
+    setup = measurement.setup
+    return ranks[min(len(ranks) - 1, report_rank_of(setup.parallelism, setup.gradient_accumulation_steps, stage))]
+
+
 def validate(
     measurements: Iterable[Measurement], estimate: Callable[[Any], Any]
 ) -> tuple[list[CaseComparison], Summary]:
-    """Compare every measurement with ``estimate(measurement.setup)``."""
-    comparisons = [compare(measurement, estimate(measurement.setup)) for measurement in measurements]
+    """Compare every measurement with ``estimate(measurement.setup)`` (its stage's rank under pipelining)."""
+    comparisons = [
+        compare(measurement, report_for_rank(estimate(measurement.setup), measurement)) for measurement in measurements
+    ]
     return comparisons, summarize(comparisons)
 
 

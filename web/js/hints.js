@@ -129,6 +129,10 @@ export const FIELDS = {
   "parallelism.offload_parameters": { label: "Offload parameters to CPU" },
   "parallelism.tensor_parallel_size": { label: "Tensor parallel size" },
   "parallelism.pipeline_parallel_size": { label: "Pipeline parallel size" },
+  "parallelism.pipeline_schedule": {
+    label: "Pipeline schedule (torch.distributed.pipelining)",
+    showIf: (s) => (s.parallelism?.pipeline_parallel_size ?? 1) > 1,
+  },
   "parallelism.sequence_parallel": { label: "Sequence parallel" },
   "parallelism.context_parallel_size": { label: "Context parallel size" },
   "parallelism.expert_parallel_size": { label: "Expert parallel size" },

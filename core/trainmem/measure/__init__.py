@@ -43,7 +43,10 @@ With ``parallelism.num_gpus`` of 2–4, :func:`trainmem.measure.distributed.meas
 FSDP2 (``fully_shard``), DTensor tensor parallelism and DeepSpeed ZeRO 1–3
 (:mod:`~trainmem.measure.frameworks`). The tracker then runs from before the model is built,
 so that buffers a framework allocates while it wraps the model are seen, and storages are
-labelled by the framework attribute that owns them. One record per rank.
+labelled by the framework attribute that owns them. One record per rank. With
+``parallelism.pipeline_schedule`` set, the ranks run ``torch.distributed.pipelining``
+(:mod:`~trainmem.measure.pipelining`: the model split by layers into ``PipelineStage`` modules,
+GPipe, 1F1B or interleaved 1F1B).
 
 Only the modules that run the step import torch; :mod:`~trainmem.measure.record`,
 :mod:`~trainmem.measure.corpus`, :mod:`~trainmem.measure.events` and

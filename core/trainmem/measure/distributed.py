@@ -84,6 +84,10 @@ def measure_distributed(
     (``Reducer::rebuild_buckets``, torch/csrc/distributed/c10d/reducer.cpp), and 1 otherwise.
     """
     setup = setup if isinstance(setup, Setup) else Setup.model_validate(setup)
+    if setup.parallelism.pipeline_schedule is not None:  # torch.distributed.pipelining (measure/pipelining.py)
+        from .pipelining import measure_pipeline
+
+        return measure_pipeline(setup, seed=seed, warmup_steps=warmup_steps, case_id=case_id, description=description)
     check_distributed(setup)
     if warmup_steps is None:
         from .frameworks import framework_name

@@ -1,0 +1,363 @@
+"""Pipeline parallelism as ``torch.distributed.pipelining`` runs it (PyTorch 2.13).
+
+A rank holds one ``PipelineStage`` (``ScheduleGPipe``, ``Schedule1F1B``) or
+``pipeline_virtual_stages`` of them (``ScheduleInterleaved1F1B``: rank r holds stages r, r + p, …,
+torchtitan's ``"loop"`` placement). What its memory holds beyond the stage's weights, gradients
+and optimizer states (torch/distributed/pipelining/stage.py and schedules.py):
+
+* **micro-batches in flight** — forwards whose activations wait for their backward:
+  GPipe runs all ``n_microbatches`` forwards before any backward
+  (``ScheduleGPipe._step_microbatches``); 1F1B runs ``min(n, p − r)`` warm-up forwards on
+  rank r and then one backward before each further forward (``Schedule1F1B``: "1B1F");
+  interleaved 1F1B runs ``min((v − 1)·k + 2(p − 1 − r), n·v)`` warm-up chunk forwards, with
+  k = n / max(1, n // p) micro-batches per round (``_get_warmup_ops``), then one more forward
+  before each backward (``_get_1f1b_rank_ops``), so ``warm-up + 1`` chunks are in flight when
+  any steady-state op remains. Each chunk holds L/(p·v) layers.
+* **receive buffers** — every non-first stage allocates one activation receive buffer per
+  micro-batch when it first runs (``PipelineStage._setup_forward_recv_info``), and every
+  non-last stage one gradient receive buffer per micro-batch (``_create_grad_recv_info``);
+  they live as long as the schedule. The activation buffers are autograd leaves, so
+  backward leaves the input's gradient in their ``.grad`` until the next step's
+  ``clear_runtime_states``.
+* **the last stage's output** — ``fwd_cache`` keeps each micro-batch's stage output (the
+  logits) from its forward until its backward; the single-process step drops the logits
+  after the loss. ``step(return_outputs=False)`` (torchtitan's call) keeps no merged outputs.
+
+On CUDA, NCCL's send/recv go through its own channel buffers (``NCCL_BUFFSIZE``, 4 MiB per
+channel and peer, outside the caching allocator); gloo on CPU has none; the NCCL part is
+:mod:`trainmem.parallel.nccl`'s assumption, not measured here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FieldError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plan import Plan, Stage
+
+SCHEDULE_CLASSES = {
+    "gpipe": "ScheduleGPipe",
+    "1f1b": "Schedule1F1B",
+    "interleaved_1f1b": "ScheduleInterleaved1F1B",
+}
+
+
+def check_schedule(parallel: Any) -> None:
+    """A schedule needs a pipeline; interleaving needs virtual stages, and only interleaving has them."""
+    schedule = parallel.pipeline_schedule
+    if schedule is None:
+        return
+    if parallel.pipeline_parallel_size == 1:
+        raise FieldError(
+            "parallelism.pipeline_schedule",
+            f"pipeline_schedule {schedule!r} needs pipeline_parallel_size > 1 (a schedule without pipeline parallelism)",
+        )
+    if schedule == "interleaved_1f1b" and parallel.pipeline_virtual_stages < 2:
+        raise FieldError(
+            "parallelism.pipeline_virtual_stages",
+            "pipeline_schedule 'interleaved_1f1b' needs pipeline_virtual_stages ≥ 2 (stages per rank)",
+        )
+    if schedule != "interleaved_1f1b" and parallel.pipeline_virtual_stages > 1:
+        raise FieldError(
+            "parallelism.pipeline_virtual_stages",
+            f"pipeline_schedule {schedule!r} runs one stage per rank; pipeline_virtual_stages > 1 needs 'interleaved_1f1b'",
+        )
+
+
+def check_micro_batches(micro_batches: int, parallel: Any) -> None:
+    """``ScheduleInterleaved1F1B`` runs max(1, n // p) rounds and refuses an n they do not divide."""
+    if parallel.pipeline_schedule != "interleaved_1f1b":
+        return
+    rounds = max(1, micro_batches // parallel.pipeline_parallel_size)
+    if micro_batches % rounds:
+        raise FieldError(
+            "gradient_accumulation_steps",
+            f"ScheduleInterleaved1F1B needs the micro-batches per step (gradient_accumulation_steps {micro_batches}) "
+            f"to be a multiple of its rounds, max(1, {micro_batches} // pipeline_parallel_size) = {rounds}",
+        )
+
+
+def check_layers(num_hidden_layers: int, parallel: Any) -> None:
+    """Every stage needs whole layers: p ≤ L, and L/p divisible by the virtual stages (Megatron-LM's
+    validate_args asserts the same for ``--num-layers-per-virtual-pipeline-stage``)."""
+    pp, virtual = parallel.pipeline_parallel_size, parallel.pipeline_virtual_stages
+    if pp > num_hidden_layers:
+        raise FieldError(
+            "parallelism.pipeline_parallel_size",
+            f"parallelism.pipeline_parallel_size ({pp}) cannot exceed num_hidden_layers ({num_hidden_layers}): "
+            "every stage needs at least one layer",
+        )
+    if virtual > 1 and num_hidden_layers % (pp * virtual):
+        raise FieldError(
+            "parallelism.pipeline_virtual_stages",
+            f"parallelism.pipeline_virtual_stages ({virtual}) must divide the layers per pipeline stage "
+            f"(num_hidden_layers {num_hidden_layers} / pipeline_parallel_size {pp})",
+        )
+
+
+def runs_torch_pipelining(plan: "Plan") -> bool:
+    return plan.parallel.pipeline_parallel_size > 1 and plan.parallel.pipeline_schedule is not None
+
+
+def in_flight_chunks(schedule: str, rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> int:
+    """Chunk forwards (of L/(p·v) layers each) whose activations rank ``rank`` holds at once."""
+    if schedule == "gpipe":
+        return micro_batches
+    if schedule == "1f1b":
+        return min(micro_batches, pipeline_size - rank)
+    warmup, steady = _interleaved_phases(rank, pipeline_size, virtual_stages, micro_batches)
+    return warmup + 1 if steady else warmup
+
+
+def _interleaved_phases(rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> tuple[int, int]:
+    """(warm-up chunk forwards, steady forward-backward pairs) of ScheduleInterleaved1F1B on ``rank``."""
+    rounds = max(1, micro_batches // pipeline_size)
+    per_round = micro_batches // rounds
+    total = micro_batches * virtual_stages
+    warmup = min((virtual_stages - 1) * per_round + 2 * (pipeline_size - 1 - rank), total)
+    return warmup, total - warmup
+
+
+def interleaved_order(rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> list[tuple[str, int]]:
+    """The rank's chunk operations in order, ("F" | "B", local chunk): warm-up forwards, then a forward
+    and a backward per step, then the cool-down backwards; forwards walk the local chunks first to last,
+    backwards last to first, one round of micro-batches at a time (torch's ``_get_1f1b_rank_ops`` with
+    ``ScheduleInterleaved1F1B``'s stage-index rules)."""
+    rounds = max(1, micro_batches // pipeline_size)
+    per_round = micro_batches // rounds
+    warmup, steady = _interleaved_phases(rank, pipeline_size, virtual_stages, micro_batches)
+    forward = lambda step: (step // per_round) % virtual_stages  # noqa: E731
+    backward = lambda step: virtual_stages - 1 - ((step - warmup) // per_round) % virtual_stages  # noqa: E731
+    order = [("F", forward(step)) for step in range(warmup)]
+    for step in range(warmup, warmup + steady):
+        order += [("F", forward(step)), ("B", backward(step))]
+    order += [("B", backward(step)) for step in range(warmup + steady, warmup + steady + warmup)]
+    return order
+
+
+def interleaved_later_in_flight(rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> int:
+    """Chunks in flight at the moment the step simulation's later micro-batch stands for, when its
+    gradients exist: on the last rank the head's chunk, whose gradients dominate, runs the first
+    backwards, so at its second backward; elsewhere at the first backward after every local chunk
+    has had one. (Between them gradients exist for some chunks only, which the simulation's two
+    micro-batch moments do not represent.)"""
+    seen: set[int] = set()
+    backwards = 0
+    in_flight = 0
+    for kind, chunk in interleaved_order(rank, pipeline_size, virtual_stages, micro_batches):
+        if kind == "F":
+            in_flight += 1
+            continue
+        if (rank == pipeline_size - 1 and backwards == 1) or len(seen) == virtual_stages:
+            return in_flight
+        seen.add(chunk)
+        backwards += 1
+        in_flight -= 1
+    return 1
+
+
+def rank_of(stage: "Stage", pipeline_size: int) -> int:
+    """The pipeline rank a simulated stage stands for (a middle stage carries its first rank as index)."""
+    if stage.has_head and stage.index > 0:
+        return pipeline_size - 1
+    return stage.index
+
+
+def receive_buffers(plan: "Plan", stage: "Stage") -> tuple[int, int]:
+    """(activation, gradient) receive buffers a rank of ``stage`` allocates: one per micro-batch and
+    per local stage that has a neighbour on that side."""
+    parallel = plan.parallel
+    virtual = parallel.pipeline_virtual_stages
+    micro_batches = plan.setup.gradient_accumulation_steps
+    rank = rank_of(stage, parallel.pipeline_parallel_size)
+    last = parallel.pipeline_parallel_size - 1
+    activation_stages = virtual - (1 if rank == 0 else 0)
+    gradient_stages = virtual - (1 if rank == last else 0)
+    return activation_stages * micro_batches, gradient_stages * micro_batches
+
+
+BUFFERS_DETAIL = (
+    "PipelineStage receive buffers, one per micro-batch (torch.distributed.pipelining stage.py: "
+    "_setup_forward_recv_info, _create_grad_recv_info)"
+)
+INPUT_GRADS_DETAIL = "the stage input's gradient left in each activation receive buffer's .grad (sent back, kept until the next step)"
+OUTPUT_DETAIL = "the last stage's output (logits) kept in PipelineStage.fwd_cache until its backward"
+
+
+def middle_groups(parallel: Any, micro_batches: int) -> list[tuple[int, int]]:
+    """The middle ranks 1 … p − 2 as runs (first rank, last rank) that hold the same chunks in flight:
+    under 1F1B rank r holds min(n, p − r), so middle ranks differ; each run is simulated once."""
+    groups: list[tuple[int, int]] = []
+    previous = None
+    for rank in range(1, parallel.pipeline_parallel_size - 1):
+        chunks = in_flight_chunks(
+            parallel.pipeline_schedule, rank, parallel.pipeline_parallel_size, parallel.pipeline_virtual_stages, micro_batches
+        )
+        if chunks == previous:
+            groups[-1] = (groups[-1][0], rank)
+        else:
+            groups.append((rank, rank))
+        previous = chunks
+    return groups
+
+
+def with_schedule(plan: "Plan", stages: list) -> list:
+    """The plan's stages with the chunks in flight of the torch schedule, one middle stage per run of
+    middle ranks that hold the same number (:func:`middle_groups`)."""
+    if not runs_torch_pipelining(plan):
+        return stages
+    from dataclasses import replace
+
+    parallel = plan.parallel
+    micro_batches = plan.setup.gradient_accumulation_steps
+    first, last = stages[0], stages[-1]
+    middles = [replace(first, index=rank, has_embedding=False) for rank, _ in middle_groups(parallel, micro_batches)]
+    return [
+        replace(
+            stage,
+            in_flight_micro_batches=in_flight_chunks(
+                parallel.pipeline_schedule,
+                rank_of(stage, parallel.pipeline_parallel_size),
+                parallel.pipeline_parallel_size,
+                parallel.pipeline_virtual_stages,
+                micro_batches,
+            ),
+        )
+        for stage in [first, *middles, last]
+    ]
+
+
+def middle_name(plan: "Plan", stage: "Stage") -> str:
+    """``middle pipeline stages`` with the ranks it stands for, when the torch schedule tells them apart."""
+    groups = middle_groups(plan.parallel, plan.setup.gradient_accumulation_steps)
+    if not runs_torch_pipelining(plan) or len(groups) < 2:
+        return "middle pipeline stages"
+    first, last = next(group for group in groups if group[0] == stage.index)
+    return f"middle pipeline stage (rank {first})" if first == last else f"middle pipeline stages (ranks {first}–{last})"
+
+
+def middle_ranks(plan: "Plan", stage: "Stage") -> int:
+    """Pipeline ranks a middle stage stands for (0 when the Megatron path's one middle stage does)."""
+    if not runs_torch_pipelining(plan):
+        return 0
+    first, last = next(group for group in middle_groups(plan.parallel, plan.setup.gradient_accumulation_steps) if group[0] == stage.index)
+    return last - first + 1
+
+
+def report_rank_of(parallel: Any, micro_batches: int, pipeline_rank: int) -> int:
+    """Which of a report's ranks (first, middles in order, last) a pipeline rank is."""
+    if pipeline_rank == 0:
+        return 0
+    groups = middle_groups(parallel, micro_batches) if parallel.pipeline_schedule else [(1, parallel.pipeline_parallel_size - 2)]
+    if pipeline_rank == parallel.pipeline_parallel_size - 1:
+        return len(groups) + 1
+    return 1 + next(i for i, (first, last) in enumerate(groups) if first <= pipeline_rank <= last)
+
+
+def later_in_flight(plan: "Plan", stage: "Stage") -> int:
+    """Chunks in flight at the backward of a later micro-batch (gradients exist by then): one fewer than
+    all the rank's chunks are left to run forward, so min(in flight, n·v − 1) — 1F1B's rank 0 with
+    n = p holds one micro-batch at its last backward, GPipe n − 1 at its second."""
+    parallel = plan.parallel
+    micro_batches = plan.setup.gradient_accumulation_steps
+    if parallel.pipeline_schedule == "interleaved_1f1b":
+        rank = rank_of(stage, parallel.pipeline_parallel_size)
+        return interleaved_later_in_flight(rank, parallel.pipeline_parallel_size, parallel.pipeline_virtual_stages, micro_batches)
+    return max(1, min(stage.in_flight_micro_batches, micro_batches - 1))
+
+
+def earlier_layers(plan: "Plan", stage: "Stage", in_flight: int) -> int:
+    """Layers' worth of activations of the other chunks in flight while the rank runs one micro-batch
+    through all its layers."""
+    return max(0, in_flight * stage.num_layers // plan.parallel.pipeline_virtual_stages - stage.num_layers)
+
+
+def _stream_bytes(plan: "Plan") -> int:
+    from ..allocator import rounded
+    from ..tape import DTYPE_BYTES
+
+    setup = plan.setup
+    return rounded(
+        setup.micro_batch_size * setup.sequence_length * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype],
+        plan.device,
+    )
+
+
+def receive_buffer_bytes(plan: "Plan", stage: "Stage") -> int:
+    """The stage's activation and gradient receive buffers (each one micro-batch's hidden states)."""
+    if not runs_torch_pipelining(plan) or plan.architecture is None:
+        return 0
+    return sum(receive_buffers(plan, stage)) * _stream_bytes(plan)
+
+
+def output_bytes(plan: "Plan", stage: "Stage") -> int:
+    """The last stage's output, the logits of one micro-batch, that ``fwd_cache`` keeps until its backward."""
+    if not runs_torch_pipelining(plan) or not stage.has_head or plan.architecture is None:
+        return 0
+    from ..allocator import rounded
+    from ..tape import DTYPE_BYTES
+
+    setup = plan.setup
+    vocabulary = plan.architecture.vocab_size // plan.parallel.tensor_parallel_size
+    return rounded(
+        setup.micro_batch_size * setup.sequence_length * vocabulary * DTYPE_BYTES[plan.precision.stream_dtype], plan.device
+    )
+
+
+def earlier_outputs_bytes(plan: "Plan", stage: "Stage", in_flight: int, head_saved_bytes: int, rotary_bytes: int) -> int:
+    """What each earlier chunk in flight keeps besides its layers' saved tensors: its own rotary cos/sin
+    (every stage module computes them), and its output in ``fwd_cache`` — the hidden states, or on
+    GPipe's last stage the logits with the loss's saved tensors (the loss waits for the drain); on a
+    stage that receives its input, less that input, which is a receive buffer.
+    (The current chunk's output on a non-last stage stands where the single-process step counts the
+    incoming activation gradient, which here is the gradient receive buffer.)"""
+    if not runs_torch_pipelining(plan):
+        return 0
+    earlier = in_flight - 1
+    if stage.has_head and plan.parallel.pipeline_schedule == "gpipe":
+        kept = output_bytes(plan, stage) + head_saved_bytes
+    else:
+        kept = _stream_bytes(plan)
+    if stage.index > 0 and plan.parallel.pipeline_virtual_stages == 1:
+        # The chunk's input, which its first layer saves, is its activation receive buffer (counted apart).
+        kept -= _stream_bytes(plan)
+    return earlier * (kept + rotary_bytes)
+
+
+def chunk_groups(plan: "Plan", stage: "Stage", indices: list[int]) -> list[list[int]]:
+    """``indices`` (ascending layers of the rank) cut where one of its interleaved chunks ends, last chunk
+    first, so that the step simulation can refill in-flight activations between chunks' backwards."""
+    virtual = plan.parallel.pipeline_virtual_stages
+    if not runs_torch_pipelining(plan) or virtual == 1 or not indices:
+        return [indices]
+    chunk_layers = stage.num_layers // virtual
+    groups: dict[int, list[int]] = {}
+    for index in indices:
+        groups.setdefault((index - stage.first_layer) // chunk_layers, []).append(index)
+    return [groups[chunk] for chunk in sorted(groups, reverse=True)]
+
+
+def chunk_refill_bytes(plan: "Plan", stage: "Stage", stage_kept_bytes: int, rotary_bytes: int) -> int:
+    """One chunk's kept activations (and its output and rotary tables) under interleaved 1F1B: in the
+    steady state every chunk backward is paired with a chunk forward (``_get_1f1b_rank_ops``), so as the
+    current micro-batch's chunks finish their backward, other micro-batches' chunks take their place."""
+    parallel = plan.parallel
+    virtual = parallel.pipeline_virtual_stages
+    if not runs_torch_pipelining(plan) or virtual == 1:
+        return 0
+    rank = rank_of(stage, parallel.pipeline_parallel_size)
+    if not _interleaved_phases(rank, parallel.pipeline_parallel_size, virtual, plan.setup.gradient_accumulation_steps)[1]:
+        return 0  # no steady state: every forward ran before the first backward
+    return stage_kept_bytes // virtual + _stream_bytes(plan) + rotary_bytes
+
+
+def refill_bytes(plan: "Plan", stage: "Stage", indices: list[int], refill: int) -> int:
+    """``refill`` after the backward of a chunk that is not the rank's first (its first layer starts a chunk)."""
+    virtual = plan.parallel.pipeline_virtual_stages
+    if not refill or not indices:
+        return 0
+    chunk_layers = stage.num_layers // virtual
+    first = min(indices)
+    return refill if first > stage.first_layer and (first - stage.first_layer) % chunk_layers == 0 else 0

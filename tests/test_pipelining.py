@@ -1,0 +1,221 @@
+"""Pipeline parallelism as torch.distributed.pipelining runs it (trainmem.parallel.pipelining).
+
+The measured cases (corpus_distributed.jsonl, ids ``pp-*``: 2 gloo ranks, a 4-layer Llama split
+by layers, ScheduleGPipe, Schedule1F1B with 2 and 4 micro-batches, ScheduleInterleaved1F1B with
+2 stages per rank) are gated per rank in tests/test_validation_distributed.py; here: the schedule
+rules against torch's own schedule definitions, that the default (Megatron) path is unchanged,
+and the one-line errors of the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import trainmem
+from trainmem.cli import main
+from trainmem.parallel.pipelining import in_flight_chunks
+
+LLAMA = {
+    "model_type": "llama",
+    "vocab_size": 8000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+}
+
+
+def setup(schedule=None, micro_batches=4, pipeline=2, virtual=1, layers=4):
+    parallelism = {"num_gpus": pipeline, "pipeline_parallel_size": pipeline, "pipeline_virtual_stages": virtual}
+    if schedule is not None:
+        parallelism["pipeline_schedule"] = schedule
+    return {
+        "model": {"hf_config": {**LLAMA, "num_hidden_layers": layers}},
+        "micro_batch_size": 2,
+        "sequence_length": 128,
+        "gradient_accumulation_steps": micro_batches,
+        "precision": "fp32",
+        "parallelism": parallelism,
+        "runtime": {"device": "cpu"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("schedule", "rank", "pipeline", "virtual", "micro_batches", "expected"),
+    [
+        ("gpipe", 0, 2, 1, 4, 4),  # fill-drain: every forward before any backward
+        ("gpipe", 1, 2, 1, 4, 4),
+        ("1f1b", 0, 2, 1, 4, 2),  # warm-up min(n, p − r)
+        ("1f1b", 1, 2, 1, 4, 1),
+        ("1f1b", 0, 4, 1, 2, 2),
+        ("interleaved_1f1b", 0, 2, 2, 4, 5),  # warm-up (v−1)·k + 2(p−1−r) = 4, then one more forward
+        ("interleaved_1f1b", 1, 2, 2, 4, 3),
+        ("interleaved_1f1b", 0, 4, 2, 2, 4),  # capped at n·v: no steady state left
+    ],
+)
+def test_chunks_in_flight_follow_torchs_schedules(schedule, rank, pipeline, virtual, micro_batches, expected):
+    assert in_flight_chunks(schedule, rank, pipeline, virtual, micro_batches) == expected
+
+
+def test_interleaved_rank0_matches_korthikanti_factor_when_warmup_fills_the_rounds():
+    """Rank 0 of interleaved 1F1B with n = p holds L(1 + (p − 1)/(p·v)) layers' worth (Korthikanti §4.2.3)
+    when its warm-up covers p·(v − 1) + 2(p − 1) chunk forwards plus one: for p = 2, v = 2, 5 chunks of L/4."""
+    chunks = in_flight_chunks("interleaved_1f1b", 0, 2, 2, 4)
+    assert chunks / 4 == 1 + (2 - 1) / (2 * 2)
+
+
+def test_the_default_schedule_is_megatrons_and_unchanged():
+    """No pipeline_schedule: Megatron-Core's 1F1B as before (no receive buffers, no kept logits)."""
+    report = trainmem.estimate(setup(), suggestions=False)
+    names = {part.name for rank in report.ranks for part in rank.parts}
+    assert "pipeline receive buffers" not in names and "pipeline stage output" not in names
+
+
+def test_torch_pipelining_adds_receive_buffers_and_the_kept_logits():
+    report = trainmem.estimate(setup("1f1b"), suggestions=False)
+    first, last = report.ranks
+    hidden = 2 * 128 * 256 * 4
+    buffers = {rank.name: sum(p.bytes for p in rank.parts if p.name == "pipeline receive buffers") for rank in report.ranks}
+    assert buffers == {first.name: 4 * hidden, last.name: 4 * hidden}  # one per micro-batch
+    kept = [p.bytes for p in last.parts if p.name == "pipeline stage output"]
+    assert kept in ([2 * 128 * 8000 * 4], [0])  # the logits, alive at the last stage's peak
+    assert last.peak_allocated_bytes > first.peak_allocated_bytes
+
+
+def test_gpipe_holds_more_than_1f1b():
+    gpipe = trainmem.estimate(setup("gpipe"), suggestions=False)
+    one_f_one_b = trainmem.estimate(setup("1f1b"), suggestions=False)
+    assert gpipe.ranks[0].peak_allocated_bytes > one_f_one_b.ranks[0].peak_allocated_bytes
+    assert gpipe.ranks[-1].peak_allocated_bytes > one_f_one_b.ranks[-1].peak_allocated_bytes
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"pipeline": 8, "layers": 4, "micro_batches": 8}, "parallelism.pipeline_parallel_size"),
+        ({"virtual": 3, "schedule": "interleaved_1f1b"}, "parallelism.pipeline_virtual_stages"),
+        ({"virtual": 2, "layers": 6}, "parallelism.pipeline_virtual_stages"),  # 3 layers per stage
+        ({"schedule": "interleaved_1f1b"}, "parallelism.pipeline_virtual_stages"),
+        ({"schedule": "1f1b", "virtual": 2}, "parallelism.pipeline_virtual_stages"),
+        ({"schedule": "gpipe", "pipeline": 1}, "parallelism.pipeline_schedule"),
+        ({"schedule": "interleaved_1f1b", "virtual": 2, "micro_batches": 5}, "gradient_accumulation_steps"),  # 2 rounds
+    ],
+)
+def test_bad_pipeline_layouts_are_one_line_errors(tmp_path, capsys, overrides, field):
+    data = setup(**overrides)
+    if overrides.get("pipeline") == 1:
+        data["parallelism"] = {"pipeline_schedule": overrides["schedule"]}
+    path = tmp_path / "setup.json"
+    path.write_text(json.dumps(data))
+    code = main(["estimate", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("trainmem: error: ")
+    assert field.split(".")[-1] in err, err
+
+
+def test_pp_larger_than_the_layers_names_the_layer_count(tmp_path, capsys):
+    path = tmp_path / "setup.json"
+    path.write_text(json.dumps(setup(pipeline=8, layers=4, micro_batches=8)))
+    assert main(["estimate", str(path)]) == 2
+    assert "cannot exceed num_hidden_layers (4)" in capsys.readouterr().err
+
+
+def test_1f1b_middle_ranks_are_told_apart():
+    """Rank r of Schedule1F1B holds min(n, p − r) micro-batches: ranks 1 and 2 of 4 differ, so each is
+    simulated (Megatron's path keeps one middle stage); the ranks add up to the GPUs."""
+    report = trainmem.estimate(setup("1f1b", micro_batches=4, pipeline=4), suggestions=False)
+    names = [rank.name for rank in report.ranks]
+    assert names == [
+        "first pipeline stage",
+        "middle pipeline stage (rank 1)",
+        "middle pipeline stage (rank 2)",
+        "last pipeline stage",
+    ]
+    assert sum(rank.num_ranks for rank in report.ranks) == 4
+    assert report.ranks[1].peak_allocated_bytes > report.ranks[2].peak_allocated_bytes
+    megatron = trainmem.estimate(setup(micro_batches=4, pipeline=4), suggestions=False)
+    assert [rank.name for rank in megatron.ranks][1:-1] == ["middle pipeline stages"]
+
+
+def test_setups_a_local_pipeline_run_cannot_replay_are_refused():
+    from trainmem.measure.pipelining import check_pipeline
+    from trainmem.setup import Setup
+
+    mixed = Setup.model_validate({**setup("1f1b"), "precision": "amp-bf16"})
+    with pytest.raises(ValueError, match="precision 'amp-bf16'"):
+        check_pipeline(mixed)
+    with_data_parallel = setup("1f1b")
+    with_data_parallel["parallelism"] = {**with_data_parallel["parallelism"], "num_gpus": 4}
+    with pytest.raises(ValueError, match="combined with data"):
+        check_pipeline(Setup.model_validate(with_data_parallel))
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_two_rank_1f1b_run_matches_the_estimate():
+    """A real 2-rank Schedule1F1B run on gloo (about 80 s on two cores), each rank against its stage."""
+    pytest.importorskip("torch")
+    from trainmem.measure.distributed import measure_distributed
+    from trainmem.validate import compare, report_for_rank
+
+    measurements = measure_distributed(setup("1f1b", micro_batches=2))
+    assert [m.id.rsplit("-", 1)[-1] for m in measurements] == ["rank0", "rank1"]
+    for measurement in measurements:
+        assert measurement.framework == "pipelining" and measurement.parts["pipeline receive buffers"] == 2 * 2 * 128 * 256 * 4
+        report = report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement)
+        assert abs(compare(measurement, report).relative_error) <= 0.01
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("pipeline", "virtual", "micro_batches"), [(2, 2, 4), (4, 2, 4), (4, 2, 8), (2, 3, 2), (4, 3, 6)])
+def test_interleaved_order_is_torchs(pipeline, virtual, micro_batches):
+    """trainmem's order of chunk forwards and backwards per rank equals the pipeline_order torch builds
+    (ScheduleInterleaved1F1B._calculate_single_rank_operations, evaluated on a stand-in schedule)."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from types import SimpleNamespace
+
+    from trainmem.parallel.pipelining import interleaved_order
+
+    rounds = max(1, micro_batches // pipeline)
+    stand_in = SimpleNamespace(
+        n_local_stages=virtual,
+        microbatches_per_round=micro_batches // rounds,
+        pp_group_size=pipeline,
+        _n_microbatches=micro_batches,
+    )
+    for rank in range(pipeline):
+        actions = schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(stand_in, rank)
+        theirs = [
+            ("F" if action.computation_type == schedules._ComputationType.FORWARD else "B", action.stage_index // pipeline)
+            for action in actions
+            if action is not None
+        ]
+        assert interleaved_order(rank, pipeline, virtual, micro_batches) == theirs
+
+
+OPEN_INTERLEAVED = "pipelining_interleaved_w4.jsonl"
+"""tests/data: ScheduleInterleaved1F1B on 4 gloo ranks × 2 stages of an 8-layer Llama (4 micro-batches, fp32),
+measured with ``trainmem measure`` like the corpus's pp-* cases. Kept out of the packaged corpus because it does
+not meet the category gate yet: each rank peaks while only some of its chunks have gradients (rank 0 at its first
+backward of chunk 1, the embedding's chunk still without), a moment between the step simulation's "no gradients"
+and "all gradients" micro-batches. The peaks are within the gate; this test fails when the categories meet it too,
+so that the record moves into the corpus."""
+
+
+def test_the_open_four_rank_interleaved_run():
+    from pathlib import Path
+
+    from trainmem.measure.corpus import load_corpus
+    from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, compare, report_for_rank
+
+    ranks = load_corpus(Path(__file__).parent / "data" / OPEN_INTERLEAVED)
+    assert [m.rank for m in ranks] == [0, 1, 2, 3]
+    comparisons = [compare(m, report_for_rank(trainmem.estimate(m.setup, suggestions=False), m)) for m in ranks]
+    assert all(abs(c.relative_error) <= MAX_TARGET for c in comparisons), comparisons
+    assert not all(c.worst_category_error <= CATEGORY_TARGET for c in comparisons), "now gated: move it into the corpus"
