@@ -204,6 +204,8 @@ class Plan:
     def tensor_trains(self, tensor: ParameterTensor, layer_index: Optional[int] = None) -> bool:
         """Whether a base-model tensor trains (LoRA/QLoRA freeze the whole base, but for the copies of
         ``modules_to_save``)."""
+        if tensor.group == "unused":  # on no path to the loss (models/vision_encoders.py): no gradient
+            return False
         if self.lora:
             return tensor.name in self.saved_module_tensors
         groups, layers = self._frozen_groups

@@ -42,6 +42,7 @@ from .training.distillation import trace_gkd_head
 from .training.fused_head import trace_fused_head, trace_score_head
 from . import stacks
 from .vision import step as vision_step
+from .vision.encoders import trace_patch_embedding
 from .vision.training import VISION_GROUPS
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
@@ -215,7 +216,9 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
         embedding = _cached(
             ("embedding", key, tied, embedding_rows),
-            lambda: trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+            lambda: trace_patch_embedding(arch, shape, kernels, trainability, grads_exist)
+            if arch.image_size  # a vision encoder (vision/encoders.py)
+            else trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
             if arch.bidirectional
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
@@ -583,6 +586,8 @@ def _input_batch_bytes(plan: Plan) -> int:
     setup, arch = plan.setup, plan.architecture
     if arch is None or arch.task == "causal_lm":
         return rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device)
+    if arch.image_size:  # a vision encoder: the labels (its fp32 pixel_values are the "pixel values" line)
+        return rounded(label_bytes(arch, setup.micro_batch_size, setup.sequence_length), plan.device)
     ids = encoded_sequences(arch, setup.micro_batch_size) * setup.sequence_length * 8
     labels = label_bytes(arch, setup.micro_batch_size, setup.sequence_length)
     return rounded(ids, plan.device) + (rounded(labels, plan.device) if labels else 0)
