@@ -529,3 +529,6 @@ CASES += post_training_cases(case, globals())
 from encoder_corpus_cases import ENCODER_CASES  # noqa: E402  (the encoder families and their heads)
 
 CASES += ENCODER_CASES
+from vision_encoder_corpus_cases import VISION_ENCODER_CASES  # noqa: E402  (ViT, DINOv2, CLIP/SigLIP towers)
+
+CASES += VISION_ENCODER_CASES
