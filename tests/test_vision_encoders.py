@@ -73,6 +73,11 @@ def _transformers_count(config: dict, num_labels: int) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def test_every_vision_encoder_family_has_a_small_config_here():
+    families = {name for name, family in FAMILIES.items() if "image_classification" in getattr(family, "tasks", ())}
+    assert families == {config["model_type"] for config in SMALL.values()}
+
+
 def test_the_presets_are_read():
     assert {"vit-base-patch16-224", "dinov2-large", "siglip-base-patch16-224", "clip-vit-large-patch14"} <= set(
         VISION_PRESETS
