@@ -1,7 +1,7 @@
 """Measured corpus cases of the vision encoders on their own (``models/vision_encoders.py``): image classification.
 
-Small ViT, DINOv2, CLIP-vision and SigLIP-vision configs run for real on the CPU (fp32; fused SDPA; full
-checkpointing), ViT at two image sizes (the sequence grows with the square of the side); the
+Small ViT, DINOv2, CLIP-vision and SigLIP-vision configs run for real on the CPU (fp32 and AMP bf16; fused SDPA,
+eager; full checkpointing), ViT at two image sizes (the sequence grows with the square of the side); the
 published google/vit-base-patch16-224 and facebook/dinov2-small run on fake tensors. Appended to ``CASES`` by
 scripts/corpus_cases.py.
 """
@@ -51,6 +51,9 @@ VISION_ENCODER_CASES: list[dict[str, Any]] = [
                 description="ViTForImageClassification at 96 px: 36 patches + [CLS]."),
     vision_case("vit-small-fp32-imgcls-sdpa-192px-b8", {**VIT_SMALL, "image_size": 192}, batch=8,
                 description="The same ViT at 192 px: 144 patches + [CLS] (4x the patches)."),
+    vision_case("vit-small-ampbf16-imgcls-eager-160px-b8", {**VIT_SMALL, "image_size": 160}, batch=8,
+                precision="amp-bf16", attention="eager",
+                description="CPU autocast: the convolution saves the bf16 pixel values and its bf16 weight copy."),
     vision_case("vit-small-fp32-imgcls-sdpa-ckpt-160px-b8", {**VIT_SMALL, "image_size": 160}, batch=8,
                 checkpointing="full"),
     vision_case("dinov2-small-fp32-imgcls-sdpa-98px-b8", DINOV2_SMALL, batch=8,

@@ -743,6 +743,7 @@ def _micro_batch(
     if embedding is not None:
         account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")
         account.add("activations", saved_name, embedding.saved_activation_bytes)
+        account.add("parameters", copies_name, embedding.saved_weight_copy_bytes)  # a patch conv's cast weight
         account.record(
             "embedding" + suffix, "forward", micro_batch, {("parameters", "gathered weights"): ends_gathered}
         )
@@ -947,7 +948,8 @@ def _micro_batch(
             lambda produced: _stored(plan, produced // plan.sharding.gradients, produced),
         )
         moment = _backward_moment(
-            embedding, embedding.saved_activation_bytes, 0, stream, grads_exist, False, saved_name, copies_name
+            embedding, embedding.saved_activation_bytes, embedding.saved_weight_copy_bytes, stream, grads_exist, False,
+            saved_name, copies_name,
         )
         account.record(
             "embedding backward" + suffix,

@@ -4,8 +4,8 @@ Each function mirrors the forward of the transformers 5.24 module it names, op f
 
 * :func:`trace_patch_embedding` (``ViTEmbeddings``, ``Dinov2Embeddings``, ``CLIPVisionEmbeddings`` with
   ``pre_layrnorm``, ``SiglipVisionEmbeddings``): ``pixel_values`` cast to the weights' dtype (a new tensor when
-  they differ; autocast casts inside the convolution instead), the stride-``p`` convolution (a matmul over
-  ``C·p·p`` inputs per patch, saving its input when the weight trains), ``flatten(2).transpose(1, 2)`` (views),
+  they differ; autocast casts inside the convolution instead), the stride-``p`` convolution (``Tape.conv``: a matmul
+  over ``C·p·p`` inputs per patch that saves its cast input and cast weight), ``flatten(2).transpose(1, 2)`` (views),
   ``torch.cat`` of the expanded [CLS] token (a new tensor, nothing saved), ``+`` the positions: an
   ``nn.Parameter`` added as it is (ViT, DINOv2) or an ``nn.Embedding`` looked up at the ``position_ids`` buffer
   (CLIP, SigLIP: a (1, n, h) table copy), and CLIP's ``pre_layrnorm``. Unlike the VLM towers
@@ -147,11 +147,12 @@ def trace_patch_embedding(
     program = family.program()(arch, shape, kernels, trainability, tape)
     images, h, tokens = shape.batch, shape.hidden, shape.stream_tokens
     pixels = Sym(images * pixel_values_numel(arch), "fp32", False, "external")
-    x = pixels if kernels.weight_dtype == "fp32" else tape.to(pixels, kernels.weight_dtype)
+    # pixel_values.to(weight dtype): a new activation (nothing needs its gradient) under pure 16-bit weights
+    x = pixels if kernels.weight_dtype == "fp32" else tape.new(pixels.numel, kernels.weight_dtype, False)
     per_patch = arch.num_channels * arch.patch_size * arch.patch_size
     weight = program.parameter(names.patch_embedding, per_patch * h)
     bias = program.parameter(names.patch_embedding, h) if family.patch_bias else None
-    out = tape.linear(x, weight, h, bias, in_features=per_patch)
+    out = tape.conv(x, weight, h, bias, per_patch)
     locals_ = [out]
     if x is not pixels:
         tape.release(x)
@@ -175,5 +176,5 @@ def trace_patch_embedding(
     if dropped is not out:
         tape.release(out)
     tape.release(*locals_)
-    saved = tape.saved_bytes(("activation",))
+    saved = tape.saved_bytes(("activation", "weight_copy"))
     return replay(tape, [dropped], tape.peak_live_bytes, tape.live_bytes() - saved, False, parameter_grads_exist)
