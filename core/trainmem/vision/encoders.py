@@ -108,7 +108,8 @@ class VisionEncoderProgram(LayerProgram):
             hidden = self.norm(self.names.final_norm, x, rows, h)
         pooling = family.pooling
         if pooling == "cls":
-            pooled = hidden.view(batch * h)  # sequence_output[:, 0, :]
+            pooled = hidden.view(batch * h)  # sequence_output[:, 0, :]: a view; SelectBackward makes a (b, s, h) grad
+            tape.record("select", [], [hidden], [pooled])
         elif pooling == "cls_and_mean_patches":
             mean = tape.reduce(hidden, batch * h)  # patch_tokens.mean(dim=1)
             pooled = tape.new(2 * batch * h, hidden.dtype, hidden.requires_grad)  # torch.cat([cls, mean], dim=1)
