@@ -13,6 +13,8 @@ from typing import Any
 TOWER_COMMON = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
 VIT_SMALL = {"model_type": "vit", **TOWER_COMMON, "intermediate_size": 512, "patch_size": 16}
 DINOV2_SMALL = {"model_type": "dinov2", **TOWER_COMMON, "image_size": 98, "patch_size": 14}
+DINOV2_REGISTERS_SMALL = {"model_type": "dinov2_with_registers", **TOWER_COMMON, "image_size": 96, "patch_size": 16,
+                          "num_register_tokens": 4}
 CLIP_VISION_SMALL = {"model_type": "clip_vision_model", **TOWER_COMMON, "intermediate_size": 512, "image_size": 96,
                      "patch_size": 16}
 SIGLIP_VISION_SMALL = {"model_type": "siglip_vision_model", **TOWER_COMMON, "intermediate_size": 512,
@@ -58,6 +60,8 @@ VISION_ENCODER_CASES: list[dict[str, Any]] = [
                 checkpointing="full"),
     vision_case("dinov2-small-fp32-imgcls-sdpa-98px-b8", DINOV2_SMALL, batch=8,
                 description="Dinov2ForImageClassification: LayerScale, [CLS] + mean patch, unused mask_token."),
+    vision_case("dinov2reg-small-fp32-imgcls-sdpa-96px-b8", DINOV2_REGISTERS_SMALL, batch=8,
+                description="DINOv2 with 4 register tokens after [CLS]; the classifier leaves them out."),
     vision_case("clipvision-small-fp32-imgcls-sdpa-96px-b8", CLIP_VISION_SMALL, batch=8,
                 description="CLIPForImageClassification: pre_layrnorm, quick_gelu, mean patch."),
     vision_case("siglipvision-small-fp32-imgcls-sdpa-96px-b8", SIGLIP_VISION_SMALL, batch=8,

@@ -32,6 +32,8 @@ SMALL = {
     "dinov2-swiglu": {"model_type": "dinov2", **TOWER, "image_size": 518, "patch_size": 14, "use_swiglu_ffn": True},
     "dinov2-no-mask-token": {"model_type": "dinov2", **TOWER, "image_size": 70, "patch_size": 14,
                              "use_mask_token": False},
+    "dinov2_with_registers": {"model_type": "dinov2_with_registers", **TOWER, "image_size": 64, "patch_size": 16,
+                              "num_register_tokens": 4},
     "clip_vision_model": {"model_type": "clip_vision_model", **TOWER, "intermediate_size": 256, "image_size": 64,
                           "patch_size": 16},
     "siglip_vision_model": {"model_type": "siglip_vision_model", **TOWER, "intermediate_size": 256, "image_size": 64,
@@ -108,11 +110,13 @@ def test_published_counts(name, expected):
         ("dinov2-small", 16 * 16 + 1),  # the processor's 224 px crop, not the config's 518 px
         ("clip-vit-base-patch32", 7 * 7 + 1),
         ("siglip-base-patch16-224", 14 * 14),  # no [CLS]
+        ({"hf_config": {"model_type": "dinov2_with_registers"}}, 14 * 14 + 1 + 4),  # [CLS] and 4 registers
         ("siglip-so400m-patch14-384", 27 * 27),
     ],
 )
 def test_the_sequence_comes_from_the_image(name, tokens):
-    assert setup_of({"preset": name}).sequence_length == tokens
+    model = name if isinstance(name, dict) else {"preset": name}
+    assert setup_of(model).sequence_length == tokens
 
 
 def test_a_larger_image_grows_the_activations():

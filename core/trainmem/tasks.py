@@ -128,7 +128,7 @@ def check_sequence_length(arch: Architecture, sequence_length: int) -> None:
     """An encoder's learned position table bounds the sequence: BERT slices ``position_ids[:, :s]`` from a
     buffer of ``max_position_embeddings``; RoBERTa's positions start at ``padding_idx + 1`` (padding_idx 1
     in the published RoBERTa and XLM-R checkpoints, assumed), so 2 of its rows are never a position."""
-    if not arch.bidirectional:
+    if not arch.bidirectional or arch.image_size:  # a vision encoder's sequence is its image's (vision/encoder_checks.py)
         return
     usable = arch.max_position_embeddings - (2 if arch.positions_from_input_ids else 0)
     if sequence_length > usable:

@@ -290,7 +290,9 @@ class Dinov2(VisionEncoderFamily):
         return blocks.norm(self.names.final_norm, arch, arch.hidden_size) + self.classifier(arch, 2 * arch.hidden_size)
 
     def read_config(self, fields: ConfigFields) -> Architecture:
-        d = DINOV2_DEFAULTS
+        return self._read(fields, DINOV2_DEFAULTS, mask_token=fields.boolean("use_mask_token", True))
+
+    def _read(self, fields: ConfigFields, d: Mapping[str, Any], mask_token: bool) -> Architecture:
         image, patch, channels = _image_fields(fields, d)
         hidden = fields.integer("hidden_size", d["hidden_size"])
         ratio = fields.number("mlp_ratio", 4, minimum=0.0, maximum=64.0)
@@ -312,8 +314,30 @@ class Dinov2(VisionEncoderFamily):
             max_position_embeddings=(image // patch) ** 2 + 1,
             image_size=crop if crop >= patch else image, patch_size=patch, num_channels=channels, class_tokens=1,
             layer_scale=True,
-            mask_token=fields.boolean("use_mask_token", True),
+            mask_token=mask_token,
         )
+
+
+DINOV2_REGISTERS_DEFAULTS = dict(DINOV2_DEFAULTS, patch_size=16)
+"""Dinov2WithRegistersConfig's defaults (patch 16, 4 registers)."""
+
+
+class Dinov2WithRegisters(Dinov2):
+    """``Dinov2WithRegistersForImageClassification`` (transformers/models/dinov2_with_registers): DINOv2 with
+    ``num_register_tokens`` learned tokens concatenated after [CLS] (after the positions are added: a second
+    ``torch.cat``); the classifier reads [CLS] and the mean of the patch tokens (registers left out). The
+    checkpoints always carry the mask token."""
+
+    model_type = "dinov2_with_registers"
+
+    def embedding(self, arch: Architecture) -> list[ParameterTensor]:
+        registers = arch.class_tokens - 1
+        return super().embedding(arch) + [ParameterTensor("embeddings.register_tokens", "embeddings", (1, registers, arch.hidden_size))]
+
+    def read_config(self, fields: ConfigFields) -> Architecture:
+        registers = fields.integer("num_register_tokens", 4, minimum=0, maximum=1024)
+        arch = self._read(fields, DINOV2_REGISTERS_DEFAULTS, mask_token=True)
+        return arch.model_copy(update={"class_tokens": 1 + registers})
 
 
 # ---------------------------------------------------------------------------- CLIP and SigLIP vision towers
@@ -420,4 +444,4 @@ class Siglip(SiglipVision):
     vision_config_key = "vision_config"
 
 
-VISION_ENCODER_FAMILIES = (Vit, Dinov2, ClipVision, Clip, SiglipVision, Siglip)
+VISION_ENCODER_FAMILIES = (Vit, Dinov2, Dinov2WithRegisters, ClipVision, Clip, SiglipVision, Siglip)

@@ -31,7 +31,7 @@ def image_sequence_length(setup: Setup, arch: Architecture) -> int:
             raise FieldError("images.videos_per_sample", f"a {arch.model_type} encoder takes no video input")
     if "sequence_length" in setup.model_fields_set and setup.sequence_length != tokens:
         side, patch = arch.image_size, arch.patch_size
-        extra = f" + {arch.class_tokens} class token" if arch.class_tokens else ""
+        extra = f" + {arch.class_tokens} class token{'s' if arch.class_tokens > 1 else ''}" if arch.class_tokens else ""
         raise FieldError(
             "sequence_length",
             f"a {arch.model_type} encoder's sequence is set by its input images: {tokens} tokens "

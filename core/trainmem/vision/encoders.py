@@ -39,6 +39,11 @@ def is_vision_encoder(arch: Architecture | None) -> bool:
     return arch is not None and arch.image_size > 0
 
 
+def registers_of(arch: Architecture) -> int:
+    """DINOv2's register tokens: the class tokens after the [CLS] token."""
+    return max(0, arch.class_tokens - 1)
+
+
 def pixel_values_numel(arch: Architecture) -> int:
     """One image as the processor hands it over: ``(C, side, side)`` fp32 values."""
     return arch.num_channels * arch.image_size * arch.image_size
@@ -159,16 +164,23 @@ def trace_patch_embedding(
         tape.release(x)
     if arch.class_tokens:  # torch.cat((cls_tokens, embeddings), dim=1)
         program.parameter(names.class_token, h)
-        joined = tape.copy(out, tokens * h)
+        joined = tape.copy(out, images * (arch.image_tokens - registers_of(arch)) * h)
         locals_.append(joined)
         out = joined
-    table = program.parameter(names.embed_positions, arch.image_tokens * h)
+    registers = registers_of(arch)
+    positions_rows = arch.image_tokens - registers
+    table = program.parameter(names.embed_positions, positions_rows * h)
     if family.position_ids_buffer:  # nn.Embedding(position_ids): a (1, n, h) lookup
-        positions = tape.gather(table, arch.image_tokens * h, arch.image_tokens)
+        positions = tape.gather(table, positions_rows * h, positions_rows)
         locals_.append(positions)
         table = positions
     summed = tape.add(out, table)
     out = summed
+    if registers:  # DINOv2 with registers: torch.cat((x[:, :1], registers, x[:, 1:]), dim=1)
+        program.parameter("embeddings.register_tokens", registers * h)
+        joined = tape.copy(summed, tokens * h)
+        locals_.append(summed)
+        out = joined
     if names.pre_norm:  # CLIP's pre_layrnorm (CLIPVisionTransformer, after the embeddings module returns)
         normed = program.norm(names.pre_norm, summed, tokens, h)
         locals_.append(summed)
