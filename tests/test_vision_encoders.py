@@ -183,3 +183,19 @@ def test_cli_bad_input_is_one_line_exit_2(arguments, field, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith(f"trainmem: error: {field}") and err.count("\n") == 1
+
+
+def test_the_patch_convolution_keeps_its_cast_weight_under_autocast():
+    """ConvolutionBackward0 saves the cast input and the cast weight (measured: CPU autocast, torch 2.13)."""
+    from trainmem import simulate
+    from trainmem.layers import Trainability
+    from trainmem.plan import Plan
+    from trainmem.vision.encoders import trace_patch_embedding
+
+    config = SMALL["vit"]
+    plan = Plan(setup_of({"hf_config": config}, micro_batch_size=2, precision="amp-bf16"))
+    trace = trace_patch_embedding(plan.architecture, simulate._shape(plan), simulate._kernels(plan, False),
+                                  Trainability(plan.module_trains, plan.has_adapter))
+    patch = config["patch_size"]
+    assert trace.saved_weight_copy_bytes == config["hidden_size"] * 3 * patch * patch * 2
+    assert trace.saved_activation_bytes == 2 * 3 * config["image_size"] ** 2 * 2  # the bf16 pixel values
