@@ -568,7 +568,8 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
         _input_batch_bytes(plan)
         + rounded(packing.position_ids_bytes(setup), plan.device)
         + rounded(padding_mask.attention_mask_input_bytes(setup), plan.device),
-        ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm" else "token ids and labels (int64)")
+        ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm"
+         else "labels (int64)" if arch_task(plan) == "image_classification" else "token ids and labels (int64)")
         + (", and the packed row's position_ids" if setup.batch == "packed" else "")
         + (", and the collator's attention_mask (int64)" if setup.batch == "padded_masked" else ""),
     )
