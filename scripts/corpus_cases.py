@@ -532,6 +532,9 @@ CASES: list[dict[str, Any]] = [
       for precision, tower, images, h, w in (("fp32", "frozen", 1, 224, 224), ("fp32", "trained", 1, 224, 224),
                                              ("fp32", "trained", 4, 224, 224), ("fp32", "trained", 1, 448, 336),
                                              ("bf16-pure", "trained", 1, 448, 336))],
+    vlm_case("qwen25vl-small-ampbf16-trained-tower-1img-224x224-b2-s128", QWEN2_5_VL_SMALL, images=1, tower="trained",
+             precision="amp-bf16", height=224, width=224,
+             description="CPU autocast: the Conv3d patch embedding saves its bf16 weight copy; softmax stays bf16."),
     vlm_case("qwen25vl-small-bf16-lora-projector-4img-448x336-b2-s128", QWEN2_5_VL_SMALL, images=4, tower="frozen",
              precision="bf16-pure", height=448, width=336,
              lora={"r": 8, "target_modules": ["q_proj", "v_proj"]}, projector="trained",
@@ -549,3 +552,6 @@ CASES += post_training_cases(case, globals())
 from encoder_corpus_cases import ENCODER_CASES  # noqa: E402  (the encoder families and their heads)
 
 CASES += ENCODER_CASES
+from vision_encoder_corpus_cases import VISION_ENCODER_CASES  # noqa: E402  (ViT, DINOv2, CLIP/SigLIP towers)
+
+CASES += VISION_ENCODER_CASES

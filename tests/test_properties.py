@@ -357,8 +357,10 @@ def test_every_catalog_gpu_and_optimizer_is_accepted():
         assert estimate({"model": "gpt2", "gpu": gpu}).fit.gpu == gpu
     for name in optimizers():
         assert estimate({"model": "gpt2", "optimizer": name}).setup.optimizer.name == name
-    for name in presets():
-        assert estimate({"model": name, "sequence_length": 128}).num_parameters > 0
+    for name, preset in presets().items():
+        image_encoder = "image_size" in preset.config or "vision_config" in preset.config and "text_config" not in preset.config
+        lengths = {} if image_encoder else {"sequence_length": 128}  # a vision encoder's sequence is its image's
+        assert estimate({"model": name, **lengths}).num_parameters > 0
 
 
 @pytest.mark.parametrize("layers", [2, 4])

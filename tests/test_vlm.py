@@ -11,7 +11,7 @@ from trainmem.vision.inputs import ImageInputs
 from trainmem.vision.readers import read_vision_stack
 from trainmem.vision.tokens import per_image, per_sample, smart_resize
 
-VLM_PRESETS = sorted(name for name, preset in presets().items() if "vision_config" in preset.config)
+VLM_PRESETS = sorted(name for name, preset in presets().items() if read_vision_stack(preset.config) is not None)
 
 # Whole-model counts: transformers 5.24 AutoModelForImageTextToText on the meta device (re-derived by the
 # torch-marked test below); they match the model cards (7.06B, 8.29B, 8.77B, 4.3B, 27.4B, 8.46B, 2.25B, 109B, 24B).

@@ -214,6 +214,18 @@ class Architecture(FrozenModel):
     classifier_bias: bool = Field(default=True, description="ModernBERT's prediction head dense layer has a bias.")
     classifier_activation: str = Field(default="gelu", description="ModernBERT's prediction head activation.")
     decoder_bias: bool = Field(default=True, description="ModernBERT's MLM decoder has a bias.")
+    # ---- vision encoders on their own (models/vision_encoders.py, vision/encoders.py)
+    image_size: NonNegativeInt = Field(
+        default=0, description="Vision encoders: the side (px) of the square image the tower sees after the processor; 0 for text models."
+    )
+    patch_size: NonNegativeInt = Field(default=0, description="Vision encoders: the patch side (px).")
+    num_channels: PositiveInt = Field(default=3, description="Vision encoders: image channels.")
+    class_tokens: NonNegativeInt = Field(
+        default=0, description="Vision encoders: tokens before the patches (the [CLS] token and DINOv2's register tokens)."
+    )
+    layer_scale: bool = Field(default=False, description="DINOv2: each sub-block's output is scaled by a learned vector.")
+    mask_token: bool = Field(default=False, description="DINOv2's use_mask_token: a (1, h) parameter masked image modelling reads.")
+    pooling_head: bool = Field(default=False, description="SigLIP's vision_use_head: the attention-pooling head.")
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
@@ -258,6 +270,13 @@ class Architecture(FrozenModel):
     def qk_head_dim(self) -> int:
         """Per-head width of queries and keys: qk_nope_head_dim + qk_rope_head_dim under MLA, else head_dim."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.resolved_head_dim
+
+    @property
+    def image_tokens(self) -> int:
+        """A vision encoder's sequence: ``(image_size / patch_size)²`` patches and the class tokens (0 for text models)."""
+        if not self.image_size:
+            return 0
+        return (self.image_size // self.patch_size) ** 2 + self.class_tokens
 
     @property
     def kv_heads(self) -> int:

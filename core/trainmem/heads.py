@@ -294,7 +294,14 @@ def encoder_buffer_bytes(arch: Architecture, device: str) -> int:
     the first. Not cast with the model (integers)."""
     from .allocator import rounded
 
-    if not arch.bidirectional or arch.position_embedding != "learned":
+    if not arch.bidirectional:
+        return 0
+    if arch.image_size:  # a vision encoder (models/vision_encoders.py): CLIP's and SigLIP's position_ids only
+        from .models import family_for
+
+        buffer = family_for(arch).buffer_bytes(arch)
+        return rounded(buffer, device) if buffer else 0
+    if arch.position_embedding != "learned":
         return 0  # ModernBERT: position ids made per forward (arange), RoPE's inv_freq buffers instead
     buffers = 2 if arch.type_vocab_size else 1
     return buffers * rounded(arch.max_position_embeddings * 8, device)

@@ -210,6 +210,8 @@ class Plan:
     def tensor_trains(self, tensor: ParameterTensor, layer_index: Optional[int] = None) -> bool:
         """Whether a base-model tensor trains (LoRA/QLoRA freeze the whole base, but for the copies of
         ``modules_to_save``)."""
+        if tensor.group == "unused":  # on no path to the loss (models/vision_encoders.py): no gradient
+            return False
         if self.lora:
             return tensor.name in self.saved_module_tensors
         groups, layers = self._frozen_groups
@@ -378,8 +380,9 @@ class Plan:
             return self.num_adapter_parameters + self.num_saved_module_parameters + vision
         inventory = self.inventory
         count = vision
-        count += sum(t.numel for t in inventory.embedding if self.tensor_trains(t))
-        count += sum(t.numel for t in inventory.head if self.tensor_trains(t))
+        # requires_grad, as the frameworks count it: parameters on no path to the loss too (they get no gradient)
+        count += sum(t.numel for t in inventory.embedding if self.tensor_trains(t) or t.group == "unused")
+        count += sum(t.numel for t in inventory.head if self.tensor_trains(t) or t.group == "unused")
         for group in inventory.layer_groups:
             trainable_layers = sum(1 for i in group.indices if self.layer_trains(i))
             count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t))

@@ -876,6 +876,10 @@ class Setup(StrictModel):
     @model_validator(mode="after")
     def _consistent(self) -> Setup:
         architecture = self.architecture()
+        if architecture is not None and architecture.image_size:  # a vision encoder: the image sets the sequence
+            from .vision.encoder_checks import image_sequence_length
+
+            object.__setattr__(self, "sequence_length", image_sequence_length(self, architecture))
         parallel = self.parallelism
         tokens = self.micro_batch_size * self.sequence_length
         if tokens > limits.TOKENS_PER_MICRO_BATCH.maximum:

@@ -42,6 +42,7 @@ from .training.distillation import trace_gkd_head
 from .training.fused_head import trace_fused_head, trace_score_head
 from . import stacks
 from .vision import step as vision_step
+from .vision.encoders import trace_patch_embedding
 from .vision.training import VISION_GROUPS
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
@@ -215,7 +216,9 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
         embedding = _cached(
             ("embedding", key, tied, embedding_rows),
-            lambda: trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+            lambda: trace_patch_embedding(arch, shape, kernels, trainability, grads_exist)
+            if arch.image_size  # a vision encoder (vision/encoders.py)
+            else trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
             if arch.bidirectional
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
@@ -573,7 +576,8 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
         _input_batch_bytes(plan)
         + rounded(packing.position_ids_bytes(setup), plan.device)
         + rounded(padding_mask.attention_mask_input_bytes(setup), plan.device),
-        ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm" else "token ids and labels (int64)")
+        ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm"
+         else "labels (int64)" if arch_task(plan) == "image_classification" else "token ids and labels (int64)")
         + (", and the packed row's position_ids" if setup.batch == "packed" else "")
         + (", and the collator's attention_mask (int64)" if setup.batch == "padded_masked" else ""),
     )
@@ -591,6 +595,8 @@ def _input_batch_bytes(plan: Plan) -> int:
     setup, arch = plan.setup, plan.architecture
     if arch is None or arch.task == "causal_lm":
         return rounded(setup.micro_batch_size * setup.sequence_length * 8, plan.device)
+    if arch.image_size:  # a vision encoder: the labels (its fp32 pixel_values are the "pixel values" line)
+        return rounded(label_bytes(arch, setup.micro_batch_size, setup.sequence_length), plan.device)
     ids = encoded_sequences(arch, setup.micro_batch_size) * setup.sequence_length * 8
     labels = label_bytes(arch, setup.micro_batch_size, setup.sequence_length)
     return rounded(ids, plan.device) + (rounded(labels, plan.device) if labels else 0)
@@ -754,6 +760,7 @@ def _micro_batch(
     if embedding is not None:
         account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")
         account.add("activations", saved_name, embedding.saved_activation_bytes)
+        account.add("parameters", copies_name, embedding.saved_weight_copy_bytes)  # a patch conv's cast weight
         account.record(
             "embedding" + suffix, "forward", micro_batch, {("parameters", "gathered weights"): ends_gathered}
         )
@@ -964,7 +971,8 @@ def _micro_batch(
             lambda produced: _stored(plan, produced // plan.sharding.gradients, produced),
         )
         moment = _backward_moment(
-            embedding, embedding.saved_activation_bytes, 0, stream, grads_exist, False, saved_name, copies_name
+            embedding, embedding.saved_activation_bytes, embedding.saved_weight_copy_bytes, stream, grads_exist, False,
+            saved_name, copies_name,
         )
         account.record(
             "embedding backward" + suffix,

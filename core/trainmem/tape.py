@@ -41,8 +41,8 @@ FLOATING = ("fp32", "bf16", "fp16", "fp8")
 # Ops that autocast runs in the low-precision dtype / in fp32 (PyTorch "Automatic Mixed
 # Precision package" docs, "CUDA Ops that can autocast to float16/float32" and the CPU lists).
 AUTOCAST_LOW = {
-    "cuda": {"linear", "mm", "bmm", "matmul", "baddbmm", "sdpa"},
-    "cpu": {"linear", "mm", "bmm", "matmul", "baddbmm", "sdpa"},
+    "cuda": {"linear", "mm", "bmm", "matmul", "baddbmm", "sdpa", "conv"},
+    "cpu": {"linear", "mm", "bmm", "matmul", "baddbmm", "sdpa", "conv"},
 }
 AUTOCAST_FP32 = {
     "cuda": {"layer_norm", "softmax", "log_softmax", "pow", "rsqrt", "nll_loss", "cross_entropy", "sum", "exp"},
@@ -261,6 +261,27 @@ class Tape:
             [x_in, w_in] + ([b_in] if b_in is not None else []),
             [out],
         )
+        self._release_casts((x_in, x), (w_in, weight), (b_in, bias))
+        return out
+
+    def conv(self, x: Sym, weight: Sym, out_channels: int, bias: Optional[Sym], in_features: int) -> Sym:
+        """A stride = kernel convolution (a patch embedding): a matmul over ``in_features`` inputs per patch.
+        Unlike ``addmm``, ``ConvolutionBackward0`` saves its (cast) input *and* (cast) weight whenever any of
+        them requires grad (derivatives.yaml: one ``convolution_backward`` formula for all outputs), so under
+        autocast the weight's bf16 copy is kept even though the pixel values need no gradient."""
+        x_in = self.autocast_input("conv", x)
+        if x_in is not x and x.tag == "external":  # the input batch's cast is an activation, not a weight copy
+            self.release(x_in)
+            x_in = self.new(x.numel, x_in.dtype, x.requires_grad)
+        w_in = self.autocast_input("conv", weight)
+        b_in = self.autocast_input("conv", bias) if bias is not None else None
+        rows = x.numel // in_features
+        out = self.new(
+            rows * out_channels,
+            w_in.dtype if self.autocast is None else x_in.dtype,
+            x.requires_grad or weight.requires_grad or bool(bias and bias.requires_grad),
+        )
+        self.record("conv", [x_in, w_in], [x_in, w_in] + ([b_in] if b_in is not None else []), [out])
         self._release_casts((x_in, x), (w_in, weight), (b_in, bias))
         return out
 

@@ -21,6 +21,11 @@ encoder (BERT family, ``models/encoder.py``) trains one of the heads transformer
   cross-entropy whose labels are the diagonal. The similarity matrix grows with the square of the
   batch; the encoder's activations grow with 2·b.
 
+* ``image_classification``: a vision encoder (``models/vision_encoders.py``: ViT, DINOv2, CLIP's and
+  SigLIP's vision towers) pools its last hidden states (the [CLS] token for ViT, [CLS] and the mean
+  patch for DINOv2, the mean patch for CLIP, the mean token for SigLIP) into a ``classifier``;
+  cross-entropy over ``num_labels`` logits per image (``<Family>ForImageClassification``).
+
 Which heads a family has is the family's ``tasks``; asking for another is a one-line error naming
 ``task.kind``.
 """
@@ -37,8 +42,12 @@ from .errors import FieldError
 if TYPE_CHECKING:
     from .architecture import Architecture
 
-TaskKind = Literal["causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding"]
-TASK_KINDS: tuple[str, ...] = ("causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding")
+TaskKind = Literal[
+    "causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding", "image_classification"
+]
+TASK_KINDS: tuple[str, ...] = (
+    "causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding", "image_classification"
+)
 MAX_LABELS = 1_000_000
 
 
@@ -50,7 +59,7 @@ class Task(FrozenModel):
     kind: Optional[TaskKind] = Field(
         default=None,
         description="causal_lm (decoders), sequence_classification, token_classification, masked_lm or embedding "
-        "(encoders: contrastive, in-batch negatives). Default: the family's usual head (causal_lm for decoders, "
+        "(encoders: contrastive, in-batch negatives), image_classification (vision encoders). Default: the family's usual head (causal_lm for decoders, "
         "sequence_classification for encoders).",
     )
     num_labels: PositiveInt = Field(
@@ -168,7 +177,7 @@ def peft_task_modules_to_save(arch: Architecture) -> tuple[str, ...]:
 
 def task_description(arch: Architecture) -> str:
     """How the report names the head, e.g. ``sequence_classification head (2 labels)``."""
-    if arch.task in ("sequence_classification", "token_classification"):
+    if arch.task in ("sequence_classification", "token_classification", "image_classification"):
         return f"{arch.task} head ({arch.num_labels} labels)"
     if arch.task == "embedding":
         return "embedding (contrastive, in-batch negatives: 2 sequences per pair)"
@@ -179,7 +188,7 @@ def check_sequence_length(arch: Architecture, sequence_length: int) -> None:
     """An encoder's learned position table bounds the sequence: BERT slices ``position_ids[:, :s]`` from a
     buffer of ``max_position_embeddings``; RoBERTa's positions start at ``padding_idx + 1`` (padding_idx 1
     in the published RoBERTa and XLM-R checkpoints, assumed), so 2 of its rows are never a position."""
-    if not arch.bidirectional:
+    if not arch.bidirectional or arch.image_size:  # a vision encoder's sequence is its image's (vision/encoder_checks.py)
         return
     usable = arch.max_position_embeddings - (2 if arch.positions_from_input_ids else 0)
     if sequence_length > usable:
@@ -198,7 +207,7 @@ def encoded_sequences(arch: Architecture, micro_batch_size: int) -> int:
 def label_bytes(arch: Architecture, micro_batch_size: int, sequence_length: int) -> int:
     """The int64 labels of the batch besides the input ids (a causal LM's labels are its input ids;
     the embedding task builds its diagonal labels inside the loss)."""
-    if arch.task == "sequence_classification":
+    if arch.task in ("sequence_classification", "image_classification"):
         return micro_batch_size * 8
     if arch.task in ("token_classification", "masked_lm"):
         return micro_batch_size * sequence_length * 8

@@ -133,6 +133,9 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
             base_model(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         return model
+    from .vision_encoders import dual_encoder_config
+
+    fields = dual_encoder_config(fields)  # a CLIP / SigLIP vision tower is built by its dual model's classifier
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     architecture = setup.architecture()
     model_class, extra = AutoModelForCausalLM, {}
@@ -189,7 +192,12 @@ def base_model(model: torch.nn.Module) -> torch.nn.Module:
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's decoder blocks in order (GPT-2's ``transformer.h``, Llama's ``model.layers``)."""
-    count = base_model(model).config.get_text_config().num_hidden_layers
+    config = base_model(model).config
+    vision = getattr(config, "vision_config", None)
+    if vision is not None and type(base_model(model)).__name__.endswith("ForImageClassification"):
+        count = vision.num_hidden_layers  # CLIP / SigLIP classifiers build only their vision tower
+    else:
+        count = config.get_text_config().num_hidden_layers
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) == count:
             return list(module)

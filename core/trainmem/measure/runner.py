@@ -191,7 +191,7 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
         model = build_model(setup, on_meta=False).to(device)
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = build_optimizer(setup.optimizer.name, setup.optimizer.implementation, trainable)
-    vocab_size = base_model(model).config.get_text_config().vocab_size
+    vocab_size = getattr(base_model(model).config.get_text_config(), "vocab_size", 1)  # vision encoders have none
     if not setup.training.is_supervised:
         from .post_training import prepare
 

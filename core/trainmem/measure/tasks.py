@@ -33,6 +33,7 @@ def model_class(task: str) -> Any:
         "token_classification": transformers.AutoModelForTokenClassification,
         "masked_lm": transformers.AutoModelForMaskedLM,
         "embedding": transformers.AutoModel,
+        "image_classification": transformers.AutoModelForImageClassification,
     }[task]
 
 
@@ -51,6 +52,12 @@ class TaskBatch:
     def __init__(self, arch: Architecture, micro_batch_size: int, sequence_length: int, vocab_size: int, device: torch.device):
         self.task = arch.task
         self.pairs = micro_batch_size
+        if arch.task == "image_classification":  # a vision encoder (measure/vision_encoders.py)
+            from .vision_encoders import image_batch
+
+            self.input_ids, self.labels = image_batch(arch, micro_batch_size, device)
+            self.attention_mask = None
+            return
         sequences = 2 * micro_batch_size if arch.task == "embedding" else micro_batch_size
         self.input_ids = torch.randint(0, vocab_size, (sequences, sequence_length), device=device)
         self.labels: Optional[torch.Tensor] = None
@@ -69,6 +76,8 @@ class TaskBatch:
 
     def loss(self, module: torch.nn.Module, mark_loss: Optional[Any] = None, **kwargs: Any) -> torch.Tensor:
         """The step's loss; ``mark_loss`` is called where the loss begins (after the bare encoder)."""
+        if self.task == "image_classification":
+            return module(pixel_values=self.input_ids, labels=self.labels, **kwargs).loss
         if self.task != "embedding":
             return module(input_ids=self.input_ids, labels=self.labels, **kwargs).loss
         hidden = module(input_ids=self.input_ids, **kwargs).last_hidden_state

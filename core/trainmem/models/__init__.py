@@ -43,6 +43,7 @@ from .qwen3 import Qwen3, Qwen3Moe
 from .qwen3_next import Qwen3Next
 from .roberta import Roberta, XLMRoberta
 from .starcoder2 import Starcoder2
+from .vision_encoders import VISION_ENCODER_FAMILIES
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     GPT2,
@@ -73,6 +74,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     XLMRoberta,
     DistilBert,
     ModernBert,
+    *VISION_ENCODER_FAMILIES,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}

@@ -19,6 +19,9 @@ def check_vision_setup(setup: Setup) -> None:
     stack = setup.vision_stack()
     finetuning = setup.finetuning
     if stack is None:
+        architecture = setup.architecture()
+        if architecture is not None and architecture.image_size:  # a vision encoder: vision/encoder_checks.py
+            return
         if setup.images is not None:
             raise FieldError(
                 "images", f"the model is a text-only model; images need a vision-language model ({SUPPORTED_WRAPPERS})"

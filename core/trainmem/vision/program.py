@@ -70,7 +70,10 @@ def _patch_embedding(stack: VisionStack, sizes: _Sizes, kernels: LayerKernels, t
     weight = program.parameter("patch_embedding", conv.numel)
     bias = program.parameter("patch_embedding", h) if _has(stack.prelude, "patch_embedding.bias", "proj.bias") else None
     class_token = _has(stack.prelude, "class_embedding")
-    out = tape.linear(x, weight, h, bias, in_features=per_patch)
+    if conv.name.endswith("linear.weight"):  # Llama 4: unfold + nn.Linear
+        out = tape.linear(x, weight, h, bias, in_features=per_patch)
+    else:  # Conv2d / Conv3d: ConvolutionBackward saves the (cast) input and weight (Tape.conv)
+        out = tape.conv(x, weight, h, bias, per_patch)
     if x is not pixels:
         tape.release(x)
     if class_token:  # torch.cat([class_embeds, patch_embeds], dim=1)

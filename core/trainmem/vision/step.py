@@ -13,6 +13,7 @@ from .. import stacks
 from ..allocator import rounded
 from ..layers import LayerKernels
 from ..timeline import MemoryAccount
+from .encoders import pixel_values_bytes as encoder_pixel_values_bytes
 from .program import vision_stacks
 from .tokens import VisualCounts, per_sample
 from .tower import VisionStack
@@ -32,8 +33,8 @@ def of_setup(setup: Setup) -> tuple[Optional[VisionStack], Optional[VisualCounts
 
 def pixel_values_bytes(plan: Plan) -> int:
     counts = plan.visual_counts
-    if counts is None:
-        return 0
+    if counts is None:  # a vision encoder on its own (vision/encoders.py) or a text model
+        return rounded(encoder_pixel_values_bytes(plan), plan.device) if encoder_pixel_values_bytes(plan) else 0
     return rounded(plan.setup.micro_batch_size * counts.pixel_values_numel * 4, plan.device)
 
 
