@@ -106,8 +106,14 @@ def apply_task(arch: Architecture, task: Task, field: str = "task.kind") -> Arch
 def check_finetuning(arch: Architecture, method: str) -> None:
     """LoRA and QLoRA on an encoder are modelled as PEFT runs them with the task type of the head
     (:func:`peft_task_type`); nothing is refused here any more. Kept as the hook where a head whose
-    PEFT behaviour is not modelled would be refused in one line naming ``finetuning.method``."""
-    return None
+    PEFT behaviour is not modelled would be refused in one line naming ``finetuning.method``: LoRA on a
+    vision encoder (models/vision_encoders.py) is not measured, so it is refused."""
+    if arch.image_size and method in ("lora", "qlora"):
+        raise FieldError(
+            "finetuning.method",
+            f"{method} on a vision encoder ({arch.model_type}) is not modelled yet; "
+            "use full fine-tuning, optionally with finetuning.frozen groups",
+        )
 
 
 PEFT_TASK_TYPES = {
