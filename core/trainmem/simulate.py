@@ -364,6 +364,9 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )
+    if deepspeed.steps_flat_partition(plan):  # the client optimizer steps one flat fp32 partition
+        flat = [TrainableTensor((deepspeed.flat_partition_numel(plan, trainable_numel),))]
+        temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, flat, state_dtype, 1)
     if plan.lora and base_tensors:
         ends = [s for s in trainable if not s.layer_scope]
         ordered = (
@@ -1064,6 +1067,8 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
         # DeepSpeed stage 1/2 flattens this rank's gradient partition to fp32 for the update.
         extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
     account.details[("overhead", "optimizer step temporaries")] = states.step_detail
+    if deepspeed.frees_gradients_before_update(plan):
+        account.set("gradients", "gradients", 0)
     account.record("optimizer step", "optimizer", 1, extra)
     if not _resident_gradient_buffer(plan):
         account.set("gradients", "gradients", 0)

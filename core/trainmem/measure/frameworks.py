@@ -367,6 +367,56 @@ class DTensorTP(Framework):
         return step
 
 
+def deepspeed_config(setup: Setup) -> dict[str, Any]:
+    """The ds_config a setup stands for (DeepSpeed 0.19's keys, deepspeed/runtime/zero/config.py):
+
+    * ``zero_optimization``: ``stage``, ``reduce_bucket_size`` (``parallelism.zero_reduce_bucket_size``),
+      ``stage3_max_live_parameters``, ``overlap_comm`` when the setup chooses it, and
+      ``offload_optimizer`` / ``offload_param`` ``{"device": "cpu"}``;
+    * ``bf16.enabled`` for the bf16 recipes; ``bf16-master-weights-fp32-grads`` adds
+      ``data_types.grad_accum_dtype: "fp32"`` (with ZeRO-1 and no offload the engine then wraps the
+      client optimizer in ``BF16_Optimizer``, ``DeepSpeedEngine._do_optimizer_sanity_check``).
+    """
+    parallel = setup.parallelism
+    zero: dict[str, Any] = {
+        "stage": parallel.zero_stage,
+        "reduce_bucket_size": parallel.zero_reduce_bucket_size,
+        "stage3_max_live_parameters": parallel.zero3_max_live_parameters,
+    }
+    if parallel.zero_overlap_comm is not None:
+        zero["overlap_comm"] = parallel.zero_overlap_comm
+    if parallel.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if parallel.offload_parameters:
+        zero["offload_param"] = {"device": "cpu"}
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": setup.micro_batch_size,
+        "gradient_accumulation_steps": setup.gradient_accumulation_steps,
+        "zero_optimization": zero,
+        "bf16": {"enabled": setup.precision in ("bf16-master-weights", "bf16-mixed", "bf16-master-weights-fp32-grads")},
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 10**9,
+    }
+    if setup.precision == "bf16-master-weights-fp32-grads":
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+    return config
+
+
+def model_building_context(setup: Setup) -> Any:
+    """Where a distributed measurement builds the model: under ``deepspeed.zero.Init`` for ZeRO-3 with
+    ``parallelism.model_load == "sharded"`` (each parameter is partitioned as its module's ``__init__``
+    ends, ``partition_parameters.py``), else plainly."""
+    import contextlib
+
+    parallel = setup.parallelism
+    if parallel.strategy == "zero" and parallel.zero_stage == 3 and parallel.model_load == "sharded":
+        import deepspeed
+
+        return deepspeed.zero.Init(config_dict_or_path=deepspeed_config(setup))
+    return contextlib.nullcontext()
+
+
 class DeepSpeed(Framework):
     """``deepspeed.initialize`` (deepspeed/runtime/engine.py) with ZeRO stage 1, 2 or 3."""
 
@@ -375,24 +425,10 @@ class DeepSpeed(Framework):
     def wrap(self) -> None:
         import deepspeed
 
-        parallel = self.setup.parallelism
         self._torch_optimizer()
         client = self.built
         assert client is not None
-        zero: dict[str, Any] = {"stage": parallel.zero_stage}
-        if parallel.offload_optimizer:
-            zero["offload_optimizer"] = {"device": "cpu"}
-        if parallel.offload_parameters:
-            zero["offload_param"] = {"device": "cpu"}
-        config = {
-            "train_micro_batch_size_per_gpu": self.setup.micro_batch_size,
-            "gradient_accumulation_steps": self.setup.gradient_accumulation_steps,
-            "zero_optimization": zero,
-            "bf16": {"enabled": self.setup.precision in ("bf16-master-weights", "bf16-mixed")},
-            "zero_allow_untested_optimizer": True,
-            "zero_force_ds_cpu_optimizer": False,
-            "steps_per_print": 10**9,
-        }
+        config = deepspeed_config(self.setup)
         engine, optimizer, _, _ = deepspeed.initialize(model=self.model, optimizer=client.optimizer, config=config)
         self.engine = engine
         self.zero_optimizer = optimizer

@@ -218,3 +218,39 @@ def gradients_go_to_host(plan: "Plan") -> bool:
     pinned host ``grad_partitions_flat_buffer`` (``partition_grads``, stage3.py), so none stays on
     the GPU after its layer's backward (measured: ``zero3-llama-7m-bf16-offload-w2``)."""
     return runs_zero_offload(plan) and plan.parallel.zero_stage == 3
+
+
+# ---------------------------------------------------------------------------- the optimizer step
+
+SUB_GROUP_SIZE = 1_000_000_000
+"""DeepSpeed zero_optimization.sub_group_size default (1e9 elements, deepspeed/runtime/zero/config.py)."""
+
+
+def steps_flat_partition(plan: "Plan") -> bool:
+    """DeepSpeed ZeRO hands the client optimizer flat fp32 partitions, not the model's parameters:
+    stage 1/2 replace each param group's ``params`` with ``[single_partition_of_fp32_groups[i]]``
+    (``DeepSpeedZeroOptimizer.__init__``, stage_1_and_2.py), stage 3 with one
+    ``fp32_partitioned_groups_flat`` tensor per ``sub_group_size`` elements (``_setup_for_real_optimizer``,
+    stage3.py). A for-loop optimizer's temporaries (AdamW's ``denom``, its update) are then the size of
+    the whole partition, not of the largest parameter (measured: ``zero2-llama-7m-bf16-smallbucket-w2``,
+    two fp32 temporaries of the 3.5M-element partition in the step)."""
+    parallel = plan.parallel
+    return parallel.strategy == "zero" and parallel.zero_stage >= 1 and not plan.lora
+
+
+def flat_partition_numel(plan: "Plan", trainable_numel: int) -> int:
+    """Elements of the largest flat tensor the client optimizer steps: the rank's partition (stage 1/2),
+    or one sub-group of it (stage 3, ``sub_group_size``)."""
+    partition = trainable_numel // max(1, plan.sharding.optimizer)
+    if plan.parallel.zero_stage == 3:
+        return min(partition, SUB_GROUP_SIZE)
+    return partition
+
+
+def frees_gradients_before_update(plan: "Plan") -> bool:
+    """ZeRO-2 (no offload): ``DeepSpeedZeroOptimizer.step`` casts the flat gradient partition to fp32
+    (``single_partition_of_fp32_groups[i].grad``), then frees the 16-bit one (``averaged_gradients[i] =
+    None``, ``_release_preflattened_grad_buffers``) before ``_optimizer_step``: the update holds the fp32
+    gradient partition and the optimizer's temporaries, not the 16-bit gradients (measured:
+    ``zero2-llama-7m-bf16-smallbucket-w2``, no gradient bytes at the step's peak)."""
+    return gradients_live_in_bucket(plan) and not plan.parallel.offload_optimizer
