@@ -358,7 +358,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
     ):
         per_adapter = 3 if plan.lora and plan.finetuning.lora.use_dora else 2  # A, B (and DoRA's magnitude)
-        states += 4 * (sum(s.count for s in trainable) + per_adapter * sum(layers_ for _, _, layers_, _ in adapters))
+        stepped = sum(s.count for s in trainable) + per_adapter * sum(layers_ for _, _, layers_, _ in adapters)
+        states += 4 * (1 if deepspeed.steps_flat_partition(plan) else stepped)  # one step counter per tensor stepped
     keeps_master = precision.master_weights or deepspeed.keeps_fp32_partition(plan)
     master = trainable_numel * 4 // sharding.optimizer if keeps_master and not plan.lora else 0
     temporaries = step_temporaries(
@@ -1038,6 +1039,8 @@ def _resident_gradient_buffer(plan: Plan) -> str:
     flat gradient-partition buffer (``grad_partitions_flat_buffer``) at start-up, on the GPU
     unless the optimizer is offloaded.
     """
+    if deepspeed.runs_bf16_optimizer(plan):
+        return deepspeed.BF16_OPTIMIZER_GRADIENTS_DETAIL
     if plan.precision.recipe == "bf16-master-weights-fp32-grads":
         return "fp32 gradient buffer (Megatron main_grad)"
     parallel = plan.parallel
@@ -1048,6 +1051,8 @@ def _resident_gradient_buffer(plan: Plan) -> str:
 
 def _stored(plan: Plan, stored: int, produced: int) -> int:
     """Gradient bytes left after a layer: the stored (sharded, cast) form, or what backward produced."""
+    if deepspeed.runs_bf16_optimizer(plan):
+        return produced  # the bf16 .grad stays next to the fp32 buffer until the step
     if (
         _resident_gradient_buffer(plan)
         or deepspeed.gradients_live_in_bucket(plan)
@@ -1072,6 +1077,8 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
     account.record("optimizer step", "optimizer", 1, extra)
     if not _resident_gradient_buffer(plan):
         account.set("gradients", "gradients", 0)
+    elif deepspeed.runs_bf16_optimizer(plan):
+        account.set("gradients", "gradients", states.gradients)  # clear_lp_grads: the fp32 buffer stays
     account.record("zero_grad", "zero_grad", 1)
 
 

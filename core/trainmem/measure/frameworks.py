@@ -590,6 +590,14 @@ _DEEPSPEED_ATTRIBUTES = {
     "averaged_gradients": ("gradients", "gradients/deepspeed averaged_gradients"),
     "grads_in_partition": ("gradients", "gradients/deepspeed grads_in_partition"),
     "ipg_buffer": ("overhead", "overhead/deepspeed ipg_buffer (reduce bucket)"),
+    # BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py, _setup_for_real_optimizer): ZeRO-1 with bf16 and
+    # data_types.grad_accum_dtype fp32 — a full-size fp32 gradient buffer and an fp32 master partition
+    "fp32_groups_flat_partition": ("optimizer_states", "optimizer_states/deepspeed fp32 partition (master)"),
+    "fp32_groups_gradients_flat": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
+    "non_expert_gradients": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
+    "fp32_groups_gradients": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
+    "fp32_groups_actual_gradients_flat": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
+    "fp32_groups_gradient_flat_partition": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
     # stage 3 (deepspeed/runtime/zero/stage3.py, DeepSpeedZeroOptimizer_Stage3.__init__)
     "fp16_partitioned_groups_flat": ("parameters", "parameters/deepspeed fp16_partitioned_groups_flat"),
     "fp32_partitioned_groups_flat": ("optimizer_states", "optimizer_states/deepspeed fp32 partition (master)"),

@@ -44,9 +44,33 @@ def overlap_comm(plan: "Plan") -> bool:
     return plan.parallel.zero_stage == 3 if chosen is None else chosen
 
 
+def runs_bf16_optimizer(plan: "Plan") -> bool:
+    """ZeRO-1 with bf16 weights and ``data_types.grad_accum_dtype: fp32`` (trainmem's
+    ``bf16-master-weights-fp32-grads``), optimizer not offloaded: ``DeepSpeedEngine._do_optimizer_sanity_check``
+    (deepspeed/runtime/engine.py) wraps the client optimizer in ``BF16_Optimizer``
+    (deepspeed/runtime/bf16_optimizer.py), not the ZeRO optimizer. ``_setup_for_real_optimizer`` keeps the bf16
+    weights whole, an fp32 master partition, and a *full-size* fp32 gradient buffer
+    (``fp32_groups_gradients_flat``, ``torch.zeros_like`` of the flat bf16 group) for the run; there is no
+    reduce bucket (the engine all-reduces the gradients itself), and the bf16 ``.grad`` tensors stay until
+    the step ends (measured: ``zero1-llama-7m-bf16-fp32grads-w2``)."""
+    parallel = plan.parallel
+    return (
+        parallel.strategy == "zero"
+        and parallel.zero_stage == 1
+        and plan.precision.recipe == "bf16-master-weights-fp32-grads"
+        and not parallel.offload_optimizer
+    )
+
+
+BF16_OPTIMIZER_GRADIENTS_DETAIL = (
+    "BF16_Optimizer: full-size fp32 gradient buffer (fp32_groups_gradients_flat) for the run, and the bf16 .grad "
+    "tensors until the step"
+)
+
+
 def reduce_bucket_bytes(plan: "Plan") -> int:
     """Bytes of the reduce bucket(s) at their configured size, in the gradient dtype."""
-    if not runs_zero(plan):
+    if not runs_zero(plan) or runs_bf16_optimizer(plan):
         return 0
     buckets = 2 if overlap_comm(plan) and plan.parallel.zero_stage < 3 else 1
     return buckets * plan.parallel.zero_reduce_bucket_size * DTYPE_BYTES[plan.precision.gradient_dtype]
