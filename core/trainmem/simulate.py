@@ -380,7 +380,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     offloaded_parts: list[tuple[str, int, str]] = []
     if parallel.offload_optimizer:
         offloaded_parts += [
-            ("fp32 master weights", master, "the rank's fp32 partition (pinned)"),
+            ("fp32 master weights", master, "the rank's fp32 partition" + (" (pinned)" if parallel.zero_stage < 3 else "")),
             ("optimizer states", states, opt_detail_for(plan, state_dtype, sharding.optimizer)),
         ]
         offloaded_parts += deepspeed.offloaded_gradient_parts(plan, trainable_numel, largest)

@@ -278,3 +278,60 @@ def frees_gradients_before_update(plan: "Plan") -> bool:
     gradient partition and the optimizer's temporaries, not the 16-bit gradients (measured:
     ``zero2-llama-7m-bf16-smallbucket-w2``, no gradient bytes at the step's peak)."""
     return gradients_live_in_bucket(plan) and not plan.parallel.offload_optimizer
+
+
+# ---------------------------------------------------------------------------- pinned host buffers
+
+PINNED_STAGE_1_2 = ("fp32 master weights", "fp32 gradient partition", "bit16 partition staging copy", "gradient staging buffer")
+"""Offloaded parts ZeRO-1/2 pins (``pin_memory`` defaults to True, offload_config.py): the fp32 master partition
+and its ``.grad`` (``initialize_optimizer_states``), ``param_buffer_of_bit16_for_cpu_offload_groups`` and
+``temp_grad_buffer_for_cpu_offload`` (stage_1_and_2.py). The optimizer's states are made by the client
+optimizer (``torch.zeros_like``) and are pageable."""
+PINNED_STAGE_3 = ("gradient partition", "fp32 gradient partition", "weights")
+"""Offloaded parts ZeRO-3 pins: ``grad_partitions_flat_buffer``, each sub-group's fp32 gradient
+(``subgroup_gradient_buffer``, ``_initialize_optimizer_states``) and, under ``offload_param``, each
+sub-group's flat bit16 partition (``param_groups_fp16_flat_cpu_memory``); the fp32 master partitions are
+plain clones (``_create_fp32_partitions``)."""
+SUB_GROUPED_PARTS = ("fp32 gradient partition", "weights")
+
+
+def pinned_allocations(plan: "Plan", parts: "tuple[tuple[str, int, str], ...]") -> list[int]:
+    """The sizes in bytes of the pinned host buffers one rank allocates under ``offload_optimizer`` /
+    ``offload_param`` to the CPU, from its offloaded parts (ZeRO-3's sub-grouped buffers split into
+    ``sub_group_size``-element pieces, assuming the sub-groups are full but the last)."""
+    parallel = plan.parallel
+    if parallel.strategy != "zero" or parallel.offload_device != "cpu" or plan.device != "cuda":
+        return []
+    stage3 = parallel.zero_stage == 3
+    pinned = PINNED_STAGE_3 if stage3 else PINNED_STAGE_1_2
+    sizes: list[int] = []
+    for name, nbytes, _ in parts:
+        if name not in pinned or nbytes <= 0:
+            continue
+        if stage3 and name in SUB_GROUPED_PARTS:
+            element_bytes = 4 if name == "fp32 gradient partition" else DTYPE_BYTES[plan.precision.stored_weight_dtype]
+            chunk = SUB_GROUP_SIZE * element_bytes
+            sizes += [chunk] * (nbytes // chunk) + ([nbytes % chunk] if nbytes % chunk else [])
+        else:
+            sizes.append(nbytes)
+    return sizes
+
+
+def power_of_two_ceil(nbytes: int) -> int:
+    return 1 << (nbytes - 1).bit_length() if nbytes > 1 else nbytes
+
+
+def pinned_rounding_bytes(plan: "Plan", parts: "tuple[tuple[str, int, str], ...]") -> int:
+    """What pinning adds on one rank: DeepSpeed pins through ``tensor.pin_memory()`` (its accelerator's
+    ``_torch_pin_memory``, deepspeed/accelerator/abstract_accelerator.py; ``DS_PIN_MEMORY_BACKEND`` defaults
+    to torch), and PyTorch's ``CachingHostAllocator`` rounds every pinned block up to the next power of two
+    (``CachingHostAllocatorImpl::allocate``, aten/src/ATen/core/CachingHostAllocator.h; no threshold unless
+    ``pinned_max_round_threshold`` is set). A 6.5 GB fp32 partition takes 8 GiB of page-locked RAM.
+    From source, not measured (pinning is a no-op on a CPU-only machine)."""
+    return sum(power_of_two_ceil(size) - size for size in pinned_allocations(plan, parts))
+
+
+PINNED_ROUNDING_DETAIL = (
+    "PyTorch's CachingHostAllocator rounds each pinned buffer up to a power of two "
+    "(aten/src/ATen/core/CachingHostAllocator.h; from source, not measured)"
+)

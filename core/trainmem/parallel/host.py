@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..tape import DTYPE_BYTES
+from . import deepspeed
 from ..units import MIB
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,6 +113,11 @@ def host_memory(
         elif sum(part[1] for part in offloaded_parts) == offloaded_bytes_per_rank:
             for name, nbytes, detail in offloaded_parts:
                 steady.append(HostPart(f"offloaded {name}", ranks * nbytes, f"{ranks} rank(s) × {detail}"))
+            rounding = deepspeed.pinned_rounding_bytes(plan, offloaded_parts)
+            if rounding:
+                steady.append(
+                    HostPart("pinned-memory rounding", ranks * rounding, f"{ranks} rank(s) × {deepspeed.PINNED_ROUNDING_DETAIL}")
+                )
         else:
             steady.append(
                 HostPart(
