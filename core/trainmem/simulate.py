@@ -510,11 +510,13 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
         accumulation = plan.setup.gradient_accumulation_steps
         in_flight = stage.in_flight_micro_batches
         first = _traces(plan, stage, grads_exist=False)
-        later = _traces(plan, stage, grads_exist=True) if accumulation > 1 else first
+        # ZeRO-2 moves every new .grad into its bucket: a later micro-batch's gradients are fresh tensors again.
+        later_grads_exist = not deepspeed.gradients_live_in_bucket(plan)
+        later = _traces(plan, stage, grads_exist=later_grads_exist) if accumulation > 1 else first
         training_phases.record_generation_phases(plan, account)
         _micro_batch(plan, stage, states, first, account, micro_batch=1, in_flight=in_flight, grads_exist=False)
         if accumulation > 1:
-            _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=True)
+            _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=later_grads_exist)
         _optimizer_step(plan, states, account)
     return RankSimulation(stage, account, states.offloaded_bytes, _stage_name(plan, stage), states.offloaded_parts)
 
