@@ -11,8 +11,8 @@ resharding after forward, with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_d
 with activation checkpointing; DTensor tensor parallelism with and without
 ``SequenceParallel``; DeepSpeed 0.19 ZeRO 1, 2 and 3 in fp32 and bf16 (master weights), with
 optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3; FSDP1 (FULL_SHARD, and
-HYBRID_SHARD on 4 ranks as 2 × 2). FSDP2 with ``CPUOffloadPolicy`` runs here too, but on a CPU-only
-machine its host-device copies are no-ops (the device side is not a GPU's), so it is not in the list;
+HYBRID_SHARD on 4 ranks as 2 × 2); FSDP2 with ``CPUOffloadPolicy`` (on a CPU-only machine its host-device
+copies are no-ops, so the device side leaves out a GPU's transient copies of one unit's shard);
 DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_param``,
 ``grad_accum_dtype`` fp32 and small reduce buckets.
 """
@@ -83,6 +83,12 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         "bf16-mixed",
     ),
     case("fsdp2-llama-7m-fp32-w4", "FSDP2, fp32, 4 ranks", {**FSDP, "num_gpus": 4}),
+    case(
+        "fsdp2-llama-7m-fp32-offload-w2",
+        "FSDP2, fp32, CPUOffloadPolicy (on the CPU its host-device copies are no-ops: the device side as measured "
+        "leaves out the GPU's transient shard copies)",
+        {**FSDP, "offload_parameters": True, "offload_optimizer": True},
+    ),
     case("tp-dtensor-llama-7m-fp32-w2", "DTensor TP (torchtitan plan), fp32", TP),
     case("tp-dtensor-sp-llama-7m-fp32-w2", "DTensor TP with SequenceParallel norms, fp32", {**TP, "sequence_parallel": True}),
     case("zero1-llama-7m-fp32-w2", "DeepSpeed ZeRO-1, fp32", zero(1)),
