@@ -1001,10 +1001,18 @@ def _zero_backward_epilogue(plan: Plan, states: ModelStates, account: MemoryAcco
     bucket is alive: the flattened bucket, the fp64 norm copies under offload, then the partition's
     gradients (trainmem.parallel.deepspeed)."""
     flattened = deepspeed.flattened_bucket_bytes(plan, states.trainable_numel)
+    partition = states.trainable_numel // max(1, plan.sharding.optimizer)
+    fp32_copy = deepspeed.reduced_gradient_fp32_copy_bytes(plan, states.largest_trainable_numel, partition)
+    if fp32_copy and micro_batch == 1:
+        # the fp32 partition buffer is filled while the bucket is reduced, one fp32 slice at a time
+        account.set("gradients", "gradients", deepspeed.partition_gradient_bytes(plan, states.trainable_numel))
     if flattened:
         account.details[("overhead", "ZeRO flattened gradients")] = deepspeed.FLATTENED_DETAIL
-        account.record("reduce bucket: all-reduce" + suffix, "backward", micro_batch, {("overhead", "ZeRO flattened gradients"): flattened})
-    partition = states.trainable_numel // max(1, plan.sharding.optimizer)
+        delta = {("overhead", "ZeRO flattened gradients"): flattened}
+        if fp32_copy:
+            account.details[("overhead", "fp32 reduced-gradient copy")] = deepspeed.FP32_COPY_DETAIL
+            delta[("overhead", "fp32 reduced-gradient copy")] = fp32_copy
+        account.record("reduce bucket: all-reduce" + suffix, "backward", micro_batch, delta)
     norm_copy = deepspeed.offload_norm_copy_bytes(plan, states.largest_trainable_numel, partition)
     if norm_copy:
         account.details[("overhead", "fp64 gradient copy")] = deepspeed.NORM_COPY_DETAIL
@@ -1043,7 +1051,7 @@ def _resident_gradient_buffer(plan: Plan) -> str:
     """
     if deepspeed.runs_bf16_optimizer(plan):
         return deepspeed.BF16_OPTIMIZER_GRADIENTS_DETAIL
-    if plan.precision.recipe == "bf16-master-weights-fp32-grads":
+    if plan.precision.recipe == "bf16-master-weights-fp32-grads" and plan.parallel.strategy != "zero":
         return "fp32 gradient buffer (Megatron main_grad)"
     parallel = plan.parallel
     if parallel.strategy == "zero" and parallel.zero_stage == 3 and not parallel.offload_optimizer:

@@ -412,6 +412,8 @@ def model_building_context(setup: Setup) -> Any:
     parallel = setup.parallelism
     if parallel.strategy == "zero" and parallel.zero_stage == 3 and parallel.model_load == "sharded":
         import deepspeed
+        import torch._dynamo  # noqa: F401  before zero.Init patches torch.Tensor.__new__ (dynamo checks its signature)
+        import transformers.generation.utils  # noqa: F401  (its import pulls in torch._dynamo lazily)
 
         return deepspeed.zero.Init(config_dict_or_path=deepspeed_config(setup))
     return contextlib.nullcontext()
