@@ -143,3 +143,58 @@ def test_the_host_report_json_shape():
     assert data["fits"] is True and data["budget_bytes"] == 1024 * 2**30
     assert all(set(part) == {"name", "bytes", "detail"} for part in data["steady_parts"] + data["load_parts"])
     assert data["peak_bytes"] == max(data["steady_bytes"], data["load_bytes"])
+
+
+# Measured with ``python -m trainmem.measure.model_load SETUP.json`` on 2 gloo ranks (torch 2.13.0 CPU,
+# DeepSpeed 0.19.8, transformers 5.24), the 7M Llama of the distributed corpus, ZeRO-3 bf16: the setups of
+# ``zero3-llama-7m-bf16-w2`` (a plain build) and ``zero3-llama-7m-bf16-init-w2`` (``model_load: sharded``,
+# built under ``deepspeed.zero.Init``). Same figures on both ranks.
+MEASURED_LOAD = {
+    "every_rank": {"build_peak_bytes": 27_993_344, "after_build_bytes": 27_993_344},
+    "sharded": {"build_peak_bytes": 17_238_400, "after_build_bytes": 6_998_400},
+}
+LLAMA_7M = {
+    "model_type": "llama",
+    "vocab_size": 8000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+}
+
+
+def test_the_measured_model_load_with_and_without_zero_init():
+    """A plain build holds the whole model on every rank; under zero.Init a rank keeps its bf16 shard, and while
+    a module is built its weights exist in full (the head last: the other shards + the head in fp32 and bf16,
+    because from_config builds in fp32 and zero.Init casts; trainmem counts the load dtype's copy)."""
+    numel = 6_998_272
+    buffers = 256  # RoPE inv_freq and original_inv_freq, fp32 (measured with the model, not loaded)
+    head = 8000 * 256
+
+    def host(load):
+        return trainmem.estimate(
+            {
+                "model": {"hf_config": LLAMA_7M},
+                "micro_batch_size": 2,
+                "sequence_length": 128,
+                "precision": "bf16-master-weights",
+                "parallelism": {"num_gpus": 2, "zero_stage": 3, "model_load": load, "gpus_per_node": 2},
+                "runtime": {"host_process_mib": 0},
+            },
+            suggestions=False,
+        ).host
+
+    every_rank = _parts(host("every_rank").load_parts)
+    # measured in fp32 (from_config); trainmem's load dtype is the checkpoint's bf16: half of it, every rank
+    assert MEASURED_LOAD["every_rank"]["after_build_bytes"] == numel * 4 + buffers
+    assert every_rank["model load"] == 2 * numel * 2
+    sharded = _parts(host("sharded").load_parts)
+    # the bf16 shard, and 128 B of the two RoPE buffers
+    assert MEASURED_LOAD["sharded"]["after_build_bytes"] == numel * 2 // 2 + buffers // 2
+    assert sharded["model load"] == 2 * (numel * 2 // 2)  # exact, per rank
+    others = numel * 2 // 2 - head * 2 // 2  # every shard but the head's
+    assert MEASURED_LOAD["sharded"]["build_peak_bytes"] == others + buffers // 2 + head * 4 + head * 2
+    assert sharded["module being partitioned"] == 2 * head * 2
