@@ -209,13 +209,23 @@ class FSDP2(Framework):
         if not (parallel.offload_parameters or parallel.offload_optimizer):
             return []
         host: Owned = []
-        for parameter in self.model.parameters():
+        # The sharded parameters as FSDP2 holds them: during forward and backward the module's registered
+        # parameters are the unsharded (device) ones, so model.parameters() would name those.
+        for fsdp_param in self._fsdp_params():
+            parameter = fsdp_param.sharded_param
             host.append(("parameters", "parameters/fsdp sharded parameters (CPUOffloadPolicy)", parameter))
             if isinstance(parameter.grad, torch.Tensor):
                 host.append(("gradients", "gradients/fsdp sharded gradients (CPUOffloadPolicy)", parameter.grad))
         for tensor in self.optimizer_state_tensors():
             host.append(("optimizer_states", "optimizer_states/optimizer state", tensor))
         return host
+
+    def _fsdp_params(self) -> Iterator[Any]:
+        for module in self.model.modules():
+            get_state = getattr(module, "_get_fsdp_state", None)
+            group = get_state()._fsdp_param_group if get_state is not None else None
+            if group is not None:
+                yield from group.fsdp_params
 
     def owned_tensors(self) -> Owned:
         owned: Owned = []
