@@ -116,3 +116,11 @@ def test_deepspeed_config_carries_the_setup():
     offload = deepspeed_config(Setup.model_validate(_setup(zero_stage=3, offload_optimizer=True, offload_parameters=True)))
     assert offload["zero_optimization"]["offload_param"] == {"device": "cpu"}
     assert "data_types" not in offload
+
+
+def test_zero3_releases_the_persistent_parameters_for_the_update():
+    """stage3.py step: _partition_all_parameters before the update, _post_step re-gathers the persistent ones."""
+    rank = trainmem.estimate(_setup(zero_stage=3, zero_reduce_bucket_size=1_000_000), suggestions=False).ranks[0]
+    step, after = _at(rank, "optimizer step"), _at(rank, "zero_grad")
+    assert step["parameters"] == NUMEL * 2 // 2 + 128  # the bf16 partition and the RoPE buffers
+    assert after["parameters"] > step["parameters"]  # the persistent small parameters are gathered again

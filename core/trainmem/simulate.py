@@ -1084,7 +1084,12 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
     account.details[("overhead", "optimizer step temporaries")] = states.step_detail
     if deepspeed.frees_gradients_before_update(plan):
         account.set("gradients", "gradients", 0)
+    persistent = account.get("parameters", "persistent gathered parameters") if deepspeed.releases_all_for_step(plan) else 0
+    if persistent:  # ZeRO-3's step releases every gathered parameter and re-gathers the persistent ones after it
+        account.set("parameters", "persistent gathered parameters", 0)
     account.record("optimizer step", "optimizer", 1, extra)
+    if persistent:
+        account.set("parameters", "persistent gathered parameters", persistent)
     if not _resident_gradient_buffer(plan):
         account.set("gradients", "gradients", 0)
     elif deepspeed.runs_bf16_optimizer(plan):

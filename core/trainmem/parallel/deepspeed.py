@@ -369,3 +369,12 @@ PINNED_ROUNDING_DETAIL = (
     "PyTorch's CachingHostAllocator rounds each pinned buffer up to a power of two "
     "(aten/src/ATen/core/CachingHostAllocator.h; from source, not measured)"
 )
+
+
+def releases_all_for_step(plan: "Plan") -> bool:
+    """ZeRO-3: ``DeepSpeedZeroOptimizer_Stage3.step`` first partitions every parameter
+    (``_partition_all_parameters``), the persistent small ones included, and ``_post_step`` all-gathers
+    the persistent ones again after the update (stage3.py): during the update only the partitions are
+    alive (measured: ``zero3-llama-7m-bf16-smallbucket-w2``, the optimizer phase)."""
+    parallel = plan.parallel
+    return parallel.strategy == "zero" and parallel.zero_stage == 3 and plan.sharding.weights > 1
