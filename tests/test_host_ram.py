@@ -198,3 +198,23 @@ def test_the_measured_model_load_with_and_without_zero_init():
     others = numel * 2 // 2 - head * 2 // 2  # every shard but the head's
     assert MEASURED_LOAD["sharded"]["build_peak_bytes"] == others + buffers // 2 + head * 4 + head * 2
     assert sharded["module being partitioned"] == 2 * head * 2
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_model_load_measurement_reproduces_its_figures():
+    """Re-measures MEASURED_LOAD['sharded'] (two gloo ranks, DeepSpeed's CPU accelerator; a few minutes)."""
+    pytest.importorskip("deepspeed")
+    from trainmem.measure.model_load import measure_model_load
+
+    setup = {
+        "model": {"hf_config": LLAMA_7M},
+        "micro_batch_size": 2,
+        "sequence_length": 128,
+        "precision": "bf16-master-weights",
+        "optimizer": {"name": "adamw", "implementation": "for-loop"},
+        "parallelism": {"num_gpus": 2, "strategy": "zero", "zero_stage": 3, "model_load": "sharded"},
+        "runtime": {"device": "cpu"},
+    }
+    for rank in measure_model_load(setup):
+        assert {k: rank[k] for k in ("build_peak_bytes", "after_build_bytes")} == MEASURED_LOAD["sharded"]
