@@ -124,3 +124,19 @@ def test_zero3_releases_the_persistent_parameters_for_the_update():
     step, after = _at(rank, "optimizer step"), _at(rank, "zero_grad")
     assert step["parameters"] == NUMEL * 2 // 2 + 128  # the bf16 partition and the RoPE buffers
     assert after["parameters"] > step["parameters"]  # the persistent small parameters are gathered again
+
+
+def test_zero3_casts_the_gradient_to_fp32_one_sub_group_at_a_time():
+    """stage3.py step: each sub-group's fp32 gradient is made and stepped in turn (sub_group_size 1e9)."""
+    report = trainmem.estimate(
+        {"model": {"preset": "llama-2-13b"}, "micro_batch_size": 1, "sequence_length": 1024, "precision": "bf16-mixed",
+         "optimizer": {"name": "adamw", "implementation": "for-loop"}, "parallelism": {"num_gpus": 2, "zero_stage": 3}},
+        suggestions=False,
+    )
+    rank = report.ranks[0]
+    step = rank.timeline.labels.index("optimizer step")
+    partition = report.num_parameters // 2
+    assert partition > deepspeed.SUB_GROUP_SIZE
+    # fp32 gradient piece + a for-loop AdamW's two fp32 temporaries of the same piece
+    after = rank.timeline.labels.index("zero_grad")  # the bucket and the other resident overheads
+    assert rank.timeline.overhead[step] - rank.timeline.overhead[after] == 3 * deepspeed.SUB_GROUP_SIZE * 4

@@ -1081,6 +1081,8 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
     if precision.master_weights and precision.gradient_dtype != "fp32" and not plan.parallel.offload_optimizer:
         # DeepSpeed stage 1/2 flattens this rank's gradient partition to fp32 for the update.
         extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
+        if plan.parallel.strategy == "zero":  # ZeRO-3 casts one sub_group_size piece at a time
+            extra[("overhead", "fp32 gradient partition")] = deepspeed.flat_partition_numel(plan, states.trainable_numel) * 4
     account.details[("overhead", "optimizer step temporaries")] = states.step_detail
     if deepspeed.frees_gradients_before_update(plan):
         account.set("gradients", "gradients", 0)
