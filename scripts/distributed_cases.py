@@ -11,9 +11,10 @@ resharding after forward, with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_d
 with activation checkpointing; DTensor tensor parallelism with and without
 ``SequenceParallel``; DeepSpeed 0.19 ZeRO 1, 2 and 3 in fp32 and bf16 (master weights), with
 optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3; FSDP1 (FULL_SHARD, and
-HYBRID_SHARD on 4 ranks as 2 × 2). FSDP2 with ``CPUOffloadPolicy`` runs here too, but on a CPU-only
-machine its host-device copies are no-ops (the device side is not a GPU's), so it is not in the list;
-DeepSpeed with gradient accumulation is not in the list yet. Pipeline parallelism with
+HYBRID_SHARD on 4 ranks as 2 × 2); FSDP2 with ``CPUOffloadPolicy`` (on a CPU-only machine its host-device
+copies are no-ops, so the device side leaves out a GPU's transient copies of one unit's shard);
+DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_param``,
+``grad_accum_dtype`` fp32 and small reduce buckets. Pipeline parallelism with
 ``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2 and 4 micro-batches, fp32 and bf16, 2
 and 4 ranks) and interleaved 1F1B with 2 stages per rank.
 """
@@ -89,6 +90,12 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         "bf16-mixed",
     ),
     case("fsdp2-llama-7m-fp32-w4", "FSDP2, fp32, 4 ranks", {**FSDP, "num_gpus": 4}),
+    case(
+        "fsdp2-llama-7m-fp32-offload-w2",
+        "FSDP2, fp32, CPUOffloadPolicy (on the CPU its host-device copies are no-ops: the device side as measured "
+        "leaves out the GPU's transient shard copies)",
+        {**FSDP, "offload_parameters": True, "offload_optimizer": True},
+    ),
     case("tp-dtensor-llama-7m-fp32-w2", "DTensor TP (torchtitan plan), fp32", TP),
     case("tp-dtensor-sp-llama-7m-fp32-w2", "DTensor TP with SequenceParallel norms, fp32", {**TP, "sequence_parallel": True}),
     case("zero1-llama-7m-fp32-w2", "DeepSpeed ZeRO-1, fp32", zero(1)),
@@ -117,6 +124,56 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         "bf16-master-weights",
     ),
     case("zero3-llama-7m-bf16-w4", "DeepSpeed ZeRO-3, bf16, 4 ranks", zero(3, num_gpus=4), "bf16-master-weights"),
+    case(
+        "zero3-llama-7m-bf16-init-w2",
+        "DeepSpeed ZeRO-3, bf16, model built under deepspeed.zero.Init",
+        zero(3, model_load="sharded"),
+        "bf16-master-weights",
+    ),
+    case(
+        "zero2-llama-7m-bf16-ga2-w2",
+        "DeepSpeed ZeRO-2, bf16, gradient_accumulation_steps 2",
+        zero(2),
+        "bf16-master-weights",
+        gradient_accumulation_steps=2,
+    ),
+    case(
+        "zero3-llama-7m-bf16-ga2-w2",
+        "DeepSpeed ZeRO-3, bf16, gradient_accumulation_steps 2",
+        zero(3),
+        "bf16-master-weights",
+        gradient_accumulation_steps=2,
+    ),
+    case(
+        "zero3-llama-7m-bf16-offload-param-w2",
+        "DeepSpeed ZeRO-3, bf16, offload_param and offload_optimizer cpu",
+        zero(3, offload_optimizer=True, offload_parameters=True),
+        "bf16-master-weights",
+    ),
+    case(
+        "zero1-llama-7m-bf16-fp32grads-w2",
+        "DeepSpeed ZeRO-1, bf16, data_types.grad_accum_dtype fp32 (the engine runs BF16_Optimizer)",
+        zero(1),
+        "bf16-master-weights-fp32-grads",
+    ),
+    case(
+        "zero2-llama-7m-bf16-fp32grads-w2",
+        "DeepSpeed ZeRO-2, bf16, data_types.grad_accum_dtype fp32",
+        zero(2),
+        "bf16-master-weights-fp32-grads",
+    ),
+    case(
+        "zero2-llama-7m-bf16-smallbucket-w2",
+        "DeepSpeed ZeRO-2, bf16, reduce_bucket_size 1e6 elements (the model's gradients in 8 buckets)",
+        zero(2, zero_reduce_bucket_size=1_000_000),
+        "bf16-master-weights",
+    ),
+    case(
+        "zero3-llama-7m-bf16-smallbucket-w2",
+        "DeepSpeed ZeRO-3, bf16, reduce_bucket_size 1e6 elements",
+        zero(3, zero_reduce_bucket_size=1_000_000),
+        "bf16-master-weights",
+    ),
     case("fsdp1-llama-7m-fp32-w2", "FSDP1 FULL_SHARD, fp32, use_orig_params", {"strategy": "fsdp", "fsdp_version": 1}),
     case(
         "fsdp1-llama-7m-fp32-hsdp-w4",

@@ -13,7 +13,9 @@ def model_state_bytes(report: trainmem.Report, rank: int | None = None) -> int:
     rank_report = report.ranks[report.heaviest_rank if rank is None else rank]
     timeline = rank_report.timeline
     index = timeline.phases.index("optimizer")
-    return timeline.parameters[index] + timeline.gradients[index] + timeline.optimizer_states[index]
+    # ZeRO-2 frees its 16-bit gradient partition just before the update: take the gradients of the moment before.
+    gradients = max(timeline.gradients[index], timeline.gradients[index - 1])
+    return timeline.parameters[index] + gradients + timeline.optimizer_states[index]
 
 
 def estimate(setup: dict) -> trainmem.Report:

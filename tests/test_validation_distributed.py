@@ -94,13 +94,18 @@ def test_the_corpus_has_offload_runs_with_their_host_side():
 @pytest.mark.parametrize("measurement", OFFLOAD, ids=[m.id for m in OFFLOAD])
 def test_offloaded_bytes_match_what_deepspeed_keeps_on_the_host(measurement):
     """fp32 master, optimizer states, the fp32 gradient partition and the pinned staging buffers
-    (stage 1/2), or the gradient partitions (stage 3): within DeepSpeed's alignment padding."""
+    (stage 1/2), or the gradient partitions and, with offload_param, the weight partitions (stage 3); FSDP2's
+    sharded parameters, gradients and states: within DeepSpeed's alignment padding."""
     report = trainmem.estimate(measurement.setup, suggestions=False)
     measured = sum(measurement.host_parts.values())
     predicted = report.ranks[0].cpu_offload_bytes
     assert abs(predicted - measured) <= 0.01 * measured, (predicted, measurement.host_parts)
     names = {part.name for part in report.host.steady_parts}
-    assert "offloaded fp32 gradient partition" in names and "offloaded optimizer states" in names
+    assert "offloaded optimizer states" in names
+    if measurement.framework == "deepspeed":
+        assert "offloaded fp32 gradient partition" in names
+    else:  # FSDP2 CPUOffloadPolicy: the sharded parameters and their gradients
+        assert {"offloaded weights", "offloaded gradient shard"} <= names
 
 
 PIPELINE = [m for m in CORPUS if m.framework == "pipelining"]

@@ -361,12 +361,16 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
     ):
         per_adapter = 3 if plan.lora and plan.finetuning.lora.use_dora else 2  # A, B (and DoRA's magnitude)
-        states += 4 * (sum(s.count for s in trainable) + per_adapter * sum(layers_ for _, _, layers_, _ in adapters))
+        stepped = sum(s.count for s in trainable) + per_adapter * sum(layers_ for _, _, layers_, _ in adapters)
+        states += 4 * (1 if deepspeed.steps_flat_partition(plan) else stepped)  # one step counter per tensor stepped
     keeps_master = precision.master_weights or deepspeed.keeps_fp32_partition(plan)
     master = trainable_numel * 4 // sharding.optimizer if keeps_master and not plan.lora else 0
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )
+    if deepspeed.steps_flat_partition(plan):  # the client optimizer steps one flat fp32 partition
+        flat = [TrainableTensor((deepspeed.flat_partition_numel(plan, trainable_numel),))]
+        temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, flat, state_dtype, 1)
     if plan.lora and base_tensors:
         ends = [s for s in trainable if not s.layer_scope]
         ordered = (
@@ -379,7 +383,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     offloaded_parts: list[tuple[str, int, str]] = []
     if parallel.offload_optimizer:
         offloaded_parts += [
-            ("fp32 master weights", master, "the rank's fp32 partition (pinned)"),
+            ("fp32 master weights", master, "the rank's fp32 partition" + (" (pinned)" if parallel.zero_stage < 3 else "")),
             ("optimizer states", states, opt_detail_for(plan, state_dtype, sharding.optimizer)),
         ]
         offloaded_parts += deepspeed.offloaded_gradient_parts(plan, trainable_numel, largest)
@@ -514,13 +518,15 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
         accumulation = plan.setup.gradient_accumulation_steps
         in_flight = stage.in_flight_micro_batches
         first = _traces(plan, stage, grads_exist=False)
-        later = _traces(plan, stage, grads_exist=True) if accumulation > 1 else first
+        # ZeRO-2 moves every new .grad into its bucket: a later micro-batch's gradients are fresh tensors again.
+        later_grads_exist = not deepspeed.gradients_live_in_bucket(plan)
+        later = _traces(plan, stage, grads_exist=later_grads_exist) if accumulation > 1 else first
         training_phases.record_generation_phases(plan, account)
         _micro_batch(plan, stage, states, first, account, micro_batch=1, in_flight=in_flight, grads_exist=False)
         if accumulation > 1:
             if pipelining.runs_torch_pipelining(plan):
                 in_flight = pipelining.later_in_flight(plan, stage)
-            _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=True)
+            _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=later_grads_exist)
         _optimizer_step(plan, states, account)
     return RankSimulation(stage, account, states.offloaded_bytes, _stage_name(plan, stage), states.offloaded_parts)
 
@@ -1026,10 +1032,18 @@ def _zero_backward_epilogue(plan: Plan, states: ModelStates, account: MemoryAcco
     bucket is alive: the flattened bucket, the fp64 norm copies under offload, then the partition's
     gradients (trainmem.parallel.deepspeed)."""
     flattened = deepspeed.flattened_bucket_bytes(plan, states.trainable_numel)
+    partition = states.trainable_numel // max(1, plan.sharding.optimizer)
+    fp32_copy = deepspeed.reduced_gradient_fp32_copy_bytes(plan, states.largest_trainable_numel, partition)
+    if fp32_copy and micro_batch == 1:
+        # the fp32 partition buffer is filled while the bucket is reduced, one fp32 slice at a time
+        account.set("gradients", "gradients", deepspeed.partition_gradient_bytes(plan, states.trainable_numel))
     if flattened:
         account.details[("overhead", "ZeRO flattened gradients")] = deepspeed.FLATTENED_DETAIL
-        account.record("reduce bucket: all-reduce" + suffix, "backward", micro_batch, {("overhead", "ZeRO flattened gradients"): flattened})
-    partition = states.trainable_numel // max(1, plan.sharding.optimizer)
+        delta = {("overhead", "ZeRO flattened gradients"): flattened}
+        if fp32_copy:
+            account.details[("overhead", "fp32 reduced-gradient copy")] = deepspeed.FP32_COPY_DETAIL
+            delta[("overhead", "fp32 reduced-gradient copy")] = fp32_copy
+        account.record("reduce bucket: all-reduce" + suffix, "backward", micro_batch, delta)
     norm_copy = deepspeed.offload_norm_copy_bytes(plan, states.largest_trainable_numel, partition)
     if norm_copy:
         account.details[("overhead", "fp64 gradient copy")] = deepspeed.NORM_COPY_DETAIL
@@ -1066,7 +1080,9 @@ def _resident_gradient_buffer(plan: Plan) -> str:
     flat gradient-partition buffer (``grad_partitions_flat_buffer``) at start-up, on the GPU
     unless the optimizer is offloaded.
     """
-    if plan.precision.recipe == "bf16-master-weights-fp32-grads":
+    if deepspeed.runs_bf16_optimizer(plan):
+        return deepspeed.BF16_OPTIMIZER_GRADIENTS_DETAIL
+    if plan.precision.recipe == "bf16-master-weights-fp32-grads" and plan.parallel.strategy != "zero":
         return "fp32 gradient buffer (Megatron main_grad)"
     parallel = plan.parallel
     if parallel.strategy == "zero" and parallel.zero_stage == 3 and not parallel.offload_optimizer:
@@ -1076,6 +1092,8 @@ def _resident_gradient_buffer(plan: Plan) -> str:
 
 def _stored(plan: Plan, stored: int, produced: int) -> int:
     """Gradient bytes left after a layer: the stored (sharded, cast) form, or what backward produced."""
+    if deepspeed.runs_bf16_optimizer(plan):
+        return produced  # the bf16 .grad stays next to the fp32 buffer until the step
     if (
         _resident_gradient_buffer(plan)
         or deepspeed.gradients_live_in_bucket(plan)
@@ -1094,10 +1112,21 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
     if precision.master_weights and precision.gradient_dtype != "fp32" and not plan.parallel.offload_optimizer:
         # DeepSpeed stage 1/2 flattens this rank's gradient partition to fp32 for the update.
         extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
+        if plan.parallel.strategy == "zero":  # ZeRO-3 casts one sub_group_size piece at a time
+            extra[("overhead", "fp32 gradient partition")] = deepspeed.flat_partition_numel(plan, states.trainable_numel) * 4
     account.details[("overhead", "optimizer step temporaries")] = states.step_detail
+    if deepspeed.frees_gradients_before_update(plan):
+        account.set("gradients", "gradients", 0)
+    persistent = account.get("parameters", "persistent gathered parameters") if deepspeed.releases_all_for_step(plan) else 0
+    if persistent:  # ZeRO-3's step releases every gathered parameter and re-gathers the persistent ones after it
+        account.set("parameters", "persistent gathered parameters", 0)
     account.record("optimizer step", "optimizer", 1, extra)
+    if persistent:
+        account.set("parameters", "persistent gathered parameters", persistent)
     if not _resident_gradient_buffer(plan):
         account.set("gradients", "gradients", 0)
+    elif deepspeed.runs_bf16_optimizer(plan):
+        account.set("gradients", "gradients", states.gradients)  # clear_lp_grads: the fp32 buffer stays
     account.record("zero_grad", "zero_grad", 1)
 
 

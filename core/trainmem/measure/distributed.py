@@ -146,7 +146,7 @@ def _measure_rank(
 
     from .accounting import StepLog, account, rebased_at_first_mark
     from .events import MARK
-    from .frameworks import FRAMEWORKS, framework_name
+    from .frameworks import FRAMEWORKS, framework_name, model_building_context
     from .hf_model import base_model, build_model
     from .record import Kernels
     from .runner import _attention_that_ran, _environment, _quiet_libraries, default_case_id
@@ -165,8 +165,10 @@ def _measure_rank(
     try:
         with _quiet_libraries(), unpacked_batches(), tracker, tracking_storage_resizes(tracker):
             torch.manual_seed(seed)
-            model = build_model(setup, on_meta=False)
-            num_parameters = sum(parameter.numel() for parameter in model.parameters())
+            with model_building_context(setup):
+                model = build_model(setup, on_meta=False)
+            # under zero.Init a parameter's own tensor is empty; ds_numel is its full size
+            num_parameters = sum(getattr(parameter, "ds_numel", parameter.numel()) for parameter in model.parameters())
             framework = FRAMEWORKS[name](setup, model, world_size)
             owned: dict[int, tuple[str, str]] = {}
             host: dict[int, str] = {}

@@ -209,13 +209,23 @@ class FSDP2(Framework):
         if not (parallel.offload_parameters or parallel.offload_optimizer):
             return []
         host: Owned = []
-        for parameter in self.model.parameters():
+        # The sharded parameters as FSDP2 holds them: during forward and backward the module's registered
+        # parameters are the unsharded (device) ones, so model.parameters() would name those.
+        for fsdp_param in self._fsdp_params():
+            parameter = fsdp_param.sharded_param
             host.append(("parameters", "parameters/fsdp sharded parameters (CPUOffloadPolicy)", parameter))
             if isinstance(parameter.grad, torch.Tensor):
                 host.append(("gradients", "gradients/fsdp sharded gradients (CPUOffloadPolicy)", parameter.grad))
         for tensor in self.optimizer_state_tensors():
             host.append(("optimizer_states", "optimizer_states/optimizer state", tensor))
         return host
+
+    def _fsdp_params(self) -> Iterator[Any]:
+        for module in self.model.modules():
+            get_state = getattr(module, "_get_fsdp_state", None)
+            group = get_state()._fsdp_param_group if get_state is not None else None
+            if group is not None:
+                yield from group.fsdp_params
 
     def owned_tensors(self) -> Owned:
         owned: Owned = []
@@ -367,6 +377,58 @@ class DTensorTP(Framework):
         return step
 
 
+def deepspeed_config(setup: Setup) -> dict[str, Any]:
+    """The ds_config a setup stands for (DeepSpeed 0.19's keys, deepspeed/runtime/zero/config.py):
+
+    * ``zero_optimization``: ``stage``, ``reduce_bucket_size`` (``parallelism.zero_reduce_bucket_size``),
+      ``stage3_max_live_parameters``, ``overlap_comm`` when the setup chooses it, and
+      ``offload_optimizer`` / ``offload_param`` ``{"device": "cpu"}``;
+    * ``bf16.enabled`` for the bf16 recipes; ``bf16-master-weights-fp32-grads`` adds
+      ``data_types.grad_accum_dtype: "fp32"`` (with ZeRO-1 and no offload the engine then wraps the
+      client optimizer in ``BF16_Optimizer``, ``DeepSpeedEngine._do_optimizer_sanity_check``).
+    """
+    parallel = setup.parallelism
+    zero: dict[str, Any] = {
+        "stage": parallel.zero_stage,
+        "reduce_bucket_size": parallel.zero_reduce_bucket_size,
+        "stage3_max_live_parameters": parallel.zero3_max_live_parameters,
+    }
+    if parallel.zero_overlap_comm is not None:
+        zero["overlap_comm"] = parallel.zero_overlap_comm
+    if parallel.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if parallel.offload_parameters:
+        zero["offload_param"] = {"device": "cpu"}
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": setup.micro_batch_size,
+        "gradient_accumulation_steps": setup.gradient_accumulation_steps,
+        "zero_optimization": zero,
+        "bf16": {"enabled": setup.precision in ("bf16-master-weights", "bf16-mixed", "bf16-master-weights-fp32-grads")},
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 10**9,
+    }
+    if setup.precision == "bf16-master-weights-fp32-grads":
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+    return config
+
+
+def model_building_context(setup: Setup) -> Any:
+    """Where a distributed measurement builds the model: under ``deepspeed.zero.Init`` for ZeRO-3 with
+    ``parallelism.model_load == "sharded"`` (each parameter is partitioned as its module's ``__init__``
+    ends, ``partition_parameters.py``), else plainly."""
+    import contextlib
+
+    parallel = setup.parallelism
+    if parallel.strategy == "zero" and parallel.zero_stage == 3 and parallel.model_load == "sharded":
+        import deepspeed
+        import torch._dynamo  # noqa: F401  before zero.Init patches torch.Tensor.__new__ (dynamo checks its signature)
+        import transformers.generation.utils  # noqa: F401  (its import pulls in torch._dynamo lazily)
+
+        return deepspeed.zero.Init(config_dict_or_path=deepspeed_config(setup))
+    return contextlib.nullcontext()
+
+
 class DeepSpeed(Framework):
     """``deepspeed.initialize`` (deepspeed/runtime/engine.py) with ZeRO stage 1, 2 or 3."""
 
@@ -375,24 +437,10 @@ class DeepSpeed(Framework):
     def wrap(self) -> None:
         import deepspeed
 
-        parallel = self.setup.parallelism
         self._torch_optimizer()
         client = self.built
         assert client is not None
-        zero: dict[str, Any] = {"stage": parallel.zero_stage}
-        if parallel.offload_optimizer:
-            zero["offload_optimizer"] = {"device": "cpu"}
-        if parallel.offload_parameters:
-            zero["offload_param"] = {"device": "cpu"}
-        config = {
-            "train_micro_batch_size_per_gpu": self.setup.micro_batch_size,
-            "gradient_accumulation_steps": self.setup.gradient_accumulation_steps,
-            "zero_optimization": zero,
-            "bf16": {"enabled": self.setup.precision in ("bf16-master-weights", "bf16-mixed")},
-            "zero_allow_untested_optimizer": True,
-            "zero_force_ds_cpu_optimizer": False,
-            "steps_per_print": 10**9,
-        }
+        config = deepspeed_config(self.setup)
         engine, optimizer, _, _ = deepspeed.initialize(model=self.model, optimizer=client.optimizer, config=config)
         self.engine = engine
         self.zero_optimizer = optimizer
@@ -554,6 +602,14 @@ _DEEPSPEED_ATTRIBUTES = {
     "averaged_gradients": ("gradients", "gradients/deepspeed averaged_gradients"),
     "grads_in_partition": ("gradients", "gradients/deepspeed grads_in_partition"),
     "ipg_buffer": ("overhead", "overhead/deepspeed ipg_buffer (reduce bucket)"),
+    # BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py, _setup_for_real_optimizer): ZeRO-1 with bf16 and
+    # data_types.grad_accum_dtype fp32 — a full-size fp32 gradient buffer and an fp32 master partition
+    "fp32_groups_flat_partition": ("optimizer_states", "optimizer_states/deepspeed fp32 partition (master)"),
+    "fp32_groups_gradients_flat": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
+    "non_expert_gradients": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
+    "fp32_groups_gradients": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
+    "fp32_groups_actual_gradients_flat": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
+    "fp32_groups_gradient_flat_partition": ("gradients", "gradients/deepspeed fp32_groups_gradients_flat"),
     # stage 3 (deepspeed/runtime/zero/stage3.py, DeepSpeedZeroOptimizer_Stage3.__init__)
     "fp16_partitioned_groups_flat": ("parameters", "parameters/deepspeed fp16_partitioned_groups_flat"),
     "fp32_partitioned_groups_flat": ("optimizer_states", "optimizer_states/deepspeed fp32 partition (master)"),

@@ -44,12 +44,70 @@ def overlap_comm(plan: "Plan") -> bool:
     return plan.parallel.zero_stage == 3 if chosen is None else chosen
 
 
+def runs_bf16_optimizer(plan: "Plan") -> bool:
+    """ZeRO-1 with bf16 weights and ``data_types.grad_accum_dtype: fp32`` (trainmem's
+    ``bf16-master-weights-fp32-grads``), optimizer not offloaded: ``DeepSpeedEngine._do_optimizer_sanity_check``
+    (deepspeed/runtime/engine.py) wraps the client optimizer in ``BF16_Optimizer``
+    (deepspeed/runtime/bf16_optimizer.py), not the ZeRO optimizer. ``_setup_for_real_optimizer`` keeps the bf16
+    weights whole, an fp32 master partition, and a *full-size* fp32 gradient buffer
+    (``fp32_groups_gradients_flat``, ``torch.zeros_like`` of the flat bf16 group) for the run; there is no
+    reduce bucket (the engine all-reduces the gradients itself), and the bf16 ``.grad`` tensors stay until
+    the step ends (measured: ``zero1-llama-7m-bf16-fp32grads-w2``)."""
+    parallel = plan.parallel
+    return (
+        parallel.strategy == "zero"
+        and parallel.zero_stage == 1
+        and plan.precision.recipe == "bf16-master-weights-fp32-grads"
+        and not parallel.offload_optimizer
+    )
+
+
+BF16_OPTIMIZER_GRADIENTS_DETAIL = (
+    "BF16_Optimizer: full-size fp32 gradient buffer (fp32_groups_gradients_flat) for the run, and the bf16 .grad "
+    "tensors until the step"
+)
+
+
 def reduce_bucket_bytes(plan: "Plan") -> int:
     """Bytes of the reduce bucket(s) at their configured size, in the gradient dtype."""
-    if not runs_zero(plan):
+    if not runs_zero(plan) or runs_bf16_optimizer(plan):
         return 0
     buckets = 2 if overlap_comm(plan) and plan.parallel.zero_stage < 3 else 1
-    return buckets * plan.parallel.zero_reduce_bucket_size * DTYPE_BYTES[plan.precision.gradient_dtype]
+    return buckets * plan.parallel.zero_reduce_bucket_size * DTYPE_BYTES[bucket_dtype(plan)]
+
+
+def bucket_dtype(plan: "Plan") -> str:
+    """The reduce bucket's dtype (``_gradient_reduction_buffer_dtype``, stage_1_and_2.py): the fp32
+    accumulation dtype only where ZeRO-1 keeps a separate ``grad_accum`` (``use_grad_accum_attribute``:
+    accumulation dtype != model dtype, gradients not partitioned); else the model's dtype — ZeRO-2 with
+    ``grad_accum_dtype`` fp32 stages bf16 gradients and keeps the fp32 result in its partition (measured:
+    ``zero2-llama-7m-bf16-fp32grads-w2``, a 1 GB bf16 bucket)."""
+    if plan.parallel.zero_stage == 1:
+        return plan.precision.gradient_dtype
+    return plan.precision.compute_weight_dtype
+
+
+def accumulates_partition_in_fp32(plan: "Plan") -> bool:
+    """ZeRO-2 with bf16 weights and fp32 ``grad_accum_dtype`` (``_use_compact_grad_partition_buffer``): the
+    rank's partition of the reduced gradients is an fp32 buffer (``_build_compact_grad_partition_buffer``,
+    ``averaged_gradients``) that the update reads as the master's gradient — no other fp32 copy is made."""
+    return (
+        gradients_live_in_bucket(plan)
+        and plan.precision.gradient_dtype == "fp32"
+        and plan.precision.compute_weight_dtype != "fp32"
+    )
+
+
+def reduced_gradient_fp32_copy_bytes(plan: "Plan", largest_numel: int, partition_numel: int) -> int:
+    """With the fp32 partition buffer, each reduced bf16 gradient slice is cast to fp32 before it is added in:
+    one parameter's slice at a time, the largest one in the rank's partition (measured: an 8 MB fp32 copy of
+    the 8000 × 256 embedding at the end of the backward, ``zero2-llama-7m-bf16-fp32grads-w2``)."""
+    if not accumulates_partition_in_fp32(plan) or plan.parallel.offload_optimizer:
+        return 0
+    return min(largest_numel, partition_numel) * 4
+
+
+FP32_COPY_DETAIL = "fp32 copy of one reduced gradient slice, added into the fp32 partition (end of backward)"
 
 
 def bucket_is_resident(plan: "Plan") -> bool:
@@ -184,7 +242,7 @@ def flattened_bucket_bytes(plan: "Plan", trainable_numel: int) -> int:
     if not gradients_live_in_bucket(plan):
         return 0
     elements = min(trainable_numel, plan.parallel.zero_reduce_bucket_size)
-    return elements * DTYPE_BYTES[plan.precision.gradient_dtype]
+    return elements * DTYPE_BYTES[bucket_dtype(plan)]
 
 
 FLATTENED_DETAIL = "allreduce_bucket flattens the bucket's gradients before the all-reduce (end of backward)"
@@ -218,3 +276,105 @@ def gradients_go_to_host(plan: "Plan") -> bool:
     pinned host ``grad_partitions_flat_buffer`` (``partition_grads``, stage3.py), so none stays on
     the GPU after its layer's backward (measured: ``zero3-llama-7m-bf16-offload-w2``)."""
     return runs_zero_offload(plan) and plan.parallel.zero_stage == 3
+
+
+# ---------------------------------------------------------------------------- the optimizer step
+
+SUB_GROUP_SIZE = 1_000_000_000
+"""DeepSpeed zero_optimization.sub_group_size default (1e9 elements, deepspeed/runtime/zero/config.py)."""
+
+
+def steps_flat_partition(plan: "Plan") -> bool:
+    """DeepSpeed ZeRO hands the client optimizer flat fp32 partitions, not the model's parameters:
+    stage 1/2 replace each param group's ``params`` with ``[single_partition_of_fp32_groups[i]]``
+    (``DeepSpeedZeroOptimizer.__init__``, stage_1_and_2.py), stage 3 with one
+    ``fp32_partitioned_groups_flat`` tensor per ``sub_group_size`` elements (``_setup_for_real_optimizer``,
+    stage3.py). A for-loop optimizer's temporaries (AdamW's ``denom``, its update) are then the size of
+    the whole partition, not of the largest parameter (measured: ``zero2-llama-7m-bf16-smallbucket-w2``,
+    two fp32 temporaries of the 3.5M-element partition in the step)."""
+    parallel = plan.parallel
+    return parallel.strategy == "zero" and parallel.zero_stage >= 1 and not plan.lora
+
+
+def flat_partition_numel(plan: "Plan", trainable_numel: int) -> int:
+    """Elements of the largest flat tensor the client optimizer steps: the rank's partition (stage 1/2),
+    or one sub-group of it (stage 3, ``sub_group_size``)."""
+    partition = trainable_numel // max(1, plan.sharding.optimizer)
+    if plan.parallel.zero_stage == 3:
+        return min(partition, SUB_GROUP_SIZE)
+    return partition
+
+
+def frees_gradients_before_update(plan: "Plan") -> bool:
+    """ZeRO-2 (no offload): ``DeepSpeedZeroOptimizer.step`` casts the flat gradient partition to fp32
+    (``single_partition_of_fp32_groups[i].grad``), then frees the 16-bit one (``averaged_gradients[i] =
+    None``, ``_release_preflattened_grad_buffers``) before ``_optimizer_step``: the update holds the fp32
+    gradient partition and the optimizer's temporaries, not the 16-bit gradients (measured:
+    ``zero2-llama-7m-bf16-smallbucket-w2``, no gradient bytes at the step's peak)."""
+    return gradients_live_in_bucket(plan) and not plan.parallel.offload_optimizer and not accumulates_partition_in_fp32(plan)
+
+
+# ---------------------------------------------------------------------------- pinned host buffers
+
+PINNED_STAGE_1_2 = ("fp32 master weights", "fp32 gradient partition", "bit16 partition staging copy", "gradient staging buffer")
+"""Offloaded parts ZeRO-1/2 pins (``pin_memory`` defaults to True, offload_config.py): the fp32 master partition
+and its ``.grad`` (``initialize_optimizer_states``), ``param_buffer_of_bit16_for_cpu_offload_groups`` and
+``temp_grad_buffer_for_cpu_offload`` (stage_1_and_2.py). The optimizer's states are made by the client
+optimizer (``torch.zeros_like``) and are pageable."""
+PINNED_STAGE_3 = ("gradient partition", "fp32 gradient partition", "weights")
+"""Offloaded parts ZeRO-3 pins: ``grad_partitions_flat_buffer``, each sub-group's fp32 gradient
+(``subgroup_gradient_buffer``, ``_initialize_optimizer_states``) and, under ``offload_param``, each
+sub-group's flat bit16 partition (``param_groups_fp16_flat_cpu_memory``); the fp32 master partitions are
+plain clones (``_create_fp32_partitions``)."""
+SUB_GROUPED_PARTS = ("fp32 gradient partition", "weights")
+
+
+def pinned_allocations(plan: "Plan", parts: "tuple[tuple[str, int, str], ...]") -> list[int]:
+    """The sizes in bytes of the pinned host buffers one rank allocates under ``offload_optimizer`` /
+    ``offload_param`` to the CPU, from its offloaded parts (ZeRO-3's sub-grouped buffers split into
+    ``sub_group_size``-element pieces, assuming the sub-groups are full but the last)."""
+    parallel = plan.parallel
+    if parallel.strategy != "zero" or parallel.offload_device != "cpu" or plan.device != "cuda":
+        return []
+    stage3 = parallel.zero_stage == 3
+    pinned = PINNED_STAGE_3 if stage3 else PINNED_STAGE_1_2
+    sizes: list[int] = []
+    for name, nbytes, _ in parts:
+        if name not in pinned or nbytes <= 0:
+            continue
+        if stage3 and name in SUB_GROUPED_PARTS:
+            element_bytes = 4 if name == "fp32 gradient partition" else DTYPE_BYTES[plan.precision.stored_weight_dtype]
+            chunk = SUB_GROUP_SIZE * element_bytes
+            sizes += [chunk] * (nbytes // chunk) + ([nbytes % chunk] if nbytes % chunk else [])
+        else:
+            sizes.append(nbytes)
+    return sizes
+
+
+def power_of_two_ceil(nbytes: int) -> int:
+    return 1 << (nbytes - 1).bit_length() if nbytes > 1 else nbytes
+
+
+def pinned_rounding_bytes(plan: "Plan", parts: "tuple[tuple[str, int, str], ...]") -> int:
+    """What pinning adds on one rank: DeepSpeed pins through ``tensor.pin_memory()`` (its accelerator's
+    ``_torch_pin_memory``, deepspeed/accelerator/abstract_accelerator.py; ``DS_PIN_MEMORY_BACKEND`` defaults
+    to torch), and PyTorch's ``CachingHostAllocator`` rounds every pinned block up to the next power of two
+    (``CachingHostAllocatorImpl::allocate``, aten/src/ATen/core/CachingHostAllocator.h; no threshold unless
+    ``pinned_max_round_threshold`` is set). A 6.5 GB fp32 partition takes 8 GiB of page-locked RAM.
+    From source, not measured (pinning is a no-op on a CPU-only machine)."""
+    return sum(power_of_two_ceil(size) - size for size in pinned_allocations(plan, parts))
+
+
+PINNED_ROUNDING_DETAIL = (
+    "PyTorch's CachingHostAllocator rounds each pinned buffer up to a power of two "
+    "(aten/src/ATen/core/CachingHostAllocator.h; from source, not measured)"
+)
+
+
+def releases_all_for_step(plan: "Plan") -> bool:
+    """ZeRO-3: ``DeepSpeedZeroOptimizer_Stage3.step`` first partitions every parameter
+    (``_partition_all_parameters``), the persistent small ones included, and ``_post_step`` all-gathers
+    the persistent ones again after the update (stage3.py): during the update only the partitions are
+    alive (measured: ``zero3-llama-7m-bf16-smallbucket-w2``, the optimizer phase)."""
+    parallel = plan.parallel
+    return parallel.strategy == "zero" and parallel.zero_stage == 3 and plan.sharding.weights > 1

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..tape import DTYPE_BYTES
+from . import deepspeed
 from ..units import MIB
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,6 +113,11 @@ def host_memory(
         elif sum(part[1] for part in offloaded_parts) == offloaded_bytes_per_rank:
             for name, nbytes, detail in offloaded_parts:
                 steady.append(HostPart(f"offloaded {name}", ranks * nbytes, f"{ranks} rank(s) × {detail}"))
+            rounding = deepspeed.pinned_rounding_bytes(plan, offloaded_parts)
+            if rounding:
+                steady.append(
+                    HostPart("pinned-memory rounding", ranks * rounding, f"{ranks} rank(s) × {deepspeed.PINNED_ROUNDING_DETAIL}")
+                )
         else:
             steady.append(
                 HostPart(
@@ -133,4 +139,26 @@ def host_memory(
     else:
         shard = weights // max(1, plan.sharding.weights)
         load.append(HostPart("model load", ranks * shard, "each rank materialises its own shard (zero.Init / meta device)"))
+        in_full = sharded_load_transient_bytes(plan)
+        if in_full:
+            load.append(HostPart("module being partitioned", ranks * in_full, SHARDED_LOAD_DETAIL))
     return HostMemory(ranks, [part for part in steady if part.bytes], [part for part in load if part.bytes], nvme)
+
+
+SHARDED_LOAD_DETAIL = (
+    "zero.Init materialises each module in full before partitioning it: the largest tensor once per rank "
+    "(measured on 2 ranks, trainmem.measure.model_load)"
+)
+
+
+def sharded_load_transient_bytes(plan: "Plan") -> int:
+    """Under ``deepspeed.zero.Init`` a module's parameters are created whole and partitioned when its
+    ``__init__`` returns (``InsertPostInitMethodToModuleSubClasses`` / ``Init._post_init_method``,
+    deepspeed/runtime/zero/partition_parameters.py), so while the largest module is built its full
+    weights exist next to the shards built so far — the largest tensor, in the load dtype, per rank.
+    Measured (``python -m trainmem.measure.model_load``, the 7M Llama on 2 ranks): the build's high-water
+    mark is the other modules' shards plus the 8000 × 256 head in full (built in fp32 by ``from_config``,
+    then cast to bf16: both copies); with ``torch_dtype=bf16`` only the bf16 copy is made."""
+    if plan.inventory is None or plan.sharding.weights <= 1:
+        return 0
+    return plan.inventory.largest_tensor_numel * DTYPE_BYTES[plan.precision.stored_weight_dtype]
