@@ -90,6 +90,8 @@ def trace_loss_head(
     x = tape.new(tokens * h, kernels.stream_dtype, True)
     normed = program.norm(program.names.final_norm, x, tokens, h)
     tape.release(x)
+    if arch.cross_attention:  # T5Stack: dropout after the final norm; T5 v1.0: * d_model**-0.5 before the head
+        normed = _t5_decoder_output(tape, arch, normed)
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
     logits = tape.linear(normed, weight, vocab_per_rank)
     tape.release(normed)
@@ -149,6 +151,19 @@ def trace_chunked_loss_head(
     tape.record("fused_linear_cross_entropy", [grad_input, grad_weight], [normed, weight], [loss])
     tape.release(normed)
     return _finish(tape, loss, parameter_grads_exist, x)
+
+
+def _t5_decoder_output(tape: Tape, arch: Architecture, normed: Sym) -> Sym:
+    """``T5Stack``'s dropout after ``final_layer_norm``, then ``sequence_output * d_model**-0.5`` when
+    ``scale_decoder_outputs`` (T5ForConditionalGeneration.forward, transformers 5.24)."""
+    dropped = tape.dropout(normed, arch.residual_dropout)
+    if dropped is not normed:
+        tape.release(normed)
+    if arch.decoder_output_scale:
+        scaled = tape.scale(dropped)
+        tape.release(dropped)
+        dropped = scaled
+    return dropped
 
 
 def _head_trains(arch: Architecture, trainability: Trainability) -> bool:

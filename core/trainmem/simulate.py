@@ -42,6 +42,7 @@ from .training.distillation import trace_gkd_head
 from .training.fused_head import trace_fused_head, trace_score_head
 from . import stacks
 from .vision import step as vision_step
+from .encoder_decoder import step as encoder_step
 from .vision.training import VISION_GROUPS
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
@@ -114,6 +115,7 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
         attention_mask=_materialised_mask(arch, setup.sequence_length) or packing.packed_mask(setup)
         or padding_mask.padding_mask(setup),
         packed_row=packing.packed_mask(setup) or padding_mask.padding_mask(setup),
+        cross_seq=plan.source_length if arch.cross_attention else 0,
     )
 
 
@@ -564,7 +566,8 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
         "input batch",
         _input_batch_bytes(plan)
         + rounded(packing.position_ids_bytes(setup), plan.device)
-        + rounded(padding_mask.attention_mask_input_bytes(setup), plan.device),
+        + rounded(padding_mask.attention_mask_input_bytes(setup), plan.device)
+        + encoder_step.source_ids_bytes(plan),
         ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm" else "token ids and labels (int64)")
         + (", and the packed row's position_ids" if setup.batch == "packed" else "")
         + (", and the collator's attention_mask (int64)" if setup.batch == "padded_masked" else ""),
@@ -736,6 +739,7 @@ def _micro_batch(
     # ---- forward
     embedding = traces.embedding
     if embedding is not None:
+        encoder_step.forward(plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist)
         account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")
         account.add("activations", saved_name, embedding.saved_activation_bytes)
         account.record(
@@ -903,6 +907,7 @@ def _micro_batch(
         account.set("activations", "embedding output", 0)
         account.set("parameters", "autocast cache", 0)
     account.set("activations", "activation gradient", stream, "the gradient flowing back between layers")
+    encoder_step.start_backward(plan, account, _kernels(plan, False))
 
     # ---- backward through the layers, last first
     for run_index in reversed(range(len(traces.runs))):
@@ -972,6 +977,10 @@ def _micro_batch(
                 _stored(plan, states.gradients_embedding, embedding.parameter_grad_bytes + pending),
             )
         account.set("activations", "pending tied-embedding gradient", 0)
+        encoder_step.backward(
+            plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist,
+            lambda produced: _stored(plan, produced // plan.sharding.gradients, produced),
+        )
     account.set("activations", saved_name, 0)
     account.set("activations", "rotary cos/sin", 0)
     if packing.packed_mask(plan.setup):

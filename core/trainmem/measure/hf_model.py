@@ -136,6 +136,12 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     architecture = setup.architecture()
     model_class, extra = AutoModelForCausalLM, {}
+    if architecture is not None and architecture.encoder_layers:  # an encoder-decoder (measure/seq2seq.py)
+        from transformers import AutoModelForSeq2SeqLM
+
+        model_class = AutoModelForSeq2SeqLM
+        if getattr(config, "decoder_start_token_id", None) is None:  # _shift_right needs it; T5 checkpoints set 0
+            config.decoder_start_token_id = 0
     if architecture is not None and architecture.task != "causal_lm":  # an encoder's task head (measure/tasks.py)
         from . import tasks
 

@@ -41,6 +41,7 @@ from .qwen3 import Qwen3, Qwen3Moe
 from .qwen3_next import Qwen3Next
 from .roberta import Roberta, XLMRoberta
 from .starcoder2 import Starcoder2
+from .t5 import MT5, T5
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     GPT2,
@@ -69,6 +70,8 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     Roberta,
     XLMRoberta,
     DistilBert,
+    T5,
+    MT5,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}

@@ -1,0 +1,94 @@
+"""A T5 block on the tape (transformers 5.24 ``T5Block``, ``T5Attention``, ``T5LayerFF``).
+
+Encoder block: ``x + dropout(SelfAttention(layer_norm(x)))``, then ``x + dropout(DenseReluDense(layer_norm(x)))``.
+Decoder block: the same with ``x + dropout(EncDecAttention(layer_norm(x), encoder_output))`` between them.
+
+* the norms are ``T5LayerNorm`` (RMSNorm, variance in fp32): :meth:`LayerProgram.norm`;
+* attention has no biases and no rotary embedding; the relative position bias (computed once per stack by
+  its first layer and handed down) is added to the scores: a transient that saves nothing, shared by the
+  layers (the stack keeps one (1, a, s, s) tensor, :mod:`trainmem.encoder_decoder.stack`);
+* cross-attention projects the encoder output to K and V in every decoder layer (b·s_src·a·d_kv each,
+  saved by the attention kernel); the encoder output itself is one tensor shared by all layers (an
+  ``external`` tensor here: the stack keeps it until the decoder's backward is done), and its gradient
+  is one buffer that the layers' backward add into (kept by the stack's accounting, not per layer);
+* ``DenseReluDense``: ``wo(dropout(act(wi(x))))`` or ``wo(dropout(gelu_new(wi_0(x)) * wi_1(x)))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..layers import LayerProgram
+from ..tape import Sym
+
+
+class T5LayerProgram(LayerProgram):
+    """One T5 block (encoder or decoder, by ``arch.cross_attention``)."""
+
+    def __init__(self, arch, shape, kernels, trainability, tape):
+        super().__init__(arch, shape, kernels, trainability, tape)
+        if not arch.cross_attention:
+            self.names = self.family.encoder_names
+
+    def layer(self, x: Sym) -> Sym:
+        arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
+        rows, h = shape.stream_tokens, shape.hidden
+        normed = self.norm(names.input_norm, x, rows, h)
+        attended = self._residual_dropout(self.attention(normed))
+        tape.release(normed)
+        hidden = tape.add(x, attended)
+        tape.release(attended)
+        if arch.cross_attention:
+            normed = self.norm(names.cross_norm, hidden, rows, h)
+            crossed = self._residual_dropout(self.cross_attention(normed))
+            tape.release(normed)
+            summed = tape.add(hidden, crossed)
+            tape.release(hidden, crossed)
+            hidden = summed
+        normed = self.norm(names.post_attention_norm, hidden, rows, h)
+        mixed = self._residual_dropout(self.feed_forward(normed))
+        tape.release(normed)
+        out = tape.add(hidden, mixed)
+        tape.release(hidden, mixed)
+        return out
+
+    def cross_attention(self, x: Sym) -> Sym:
+        """``EncDecAttention``: q from the decoder, k and v from the encoder output (``cross_seq`` positions)."""
+        shape, tape, names = self.shape, self.tape, self.names
+        inner = shape.heads * shape.head_dim
+        source_tokens = shape.batch * shape.cross_seq
+        encoder_output = Sym(source_tokens * shape.hidden, self.kernels.stream_dtype, False, "external")
+        q = self.linear(names.cross_q, x, shape.hidden, inner, False)
+        k = self.linear(names.cross_k, encoder_output, shape.hidden, inner, False)
+        v = self.linear(names.cross_v, encoder_output, shape.hidden, inner, False)
+        self_shape = self.shape
+        self.shape = replace(self_shape, kv_seq=shape.cross_seq, attention_mask=False, packed_row=False)
+        try:
+            out = self._attention_core(q, k, v)
+        finally:
+            self.shape = self_shape
+        tape.release(q, k, v)
+        projected = self.linear(names.cross_o, out, inner, shape.hidden, False)
+        tape.release(out)
+        return projected
+
+    def feed_forward(self, x: Sym) -> Sym:
+        """``T5DenseActDense`` / ``T5DenseGatedActDense``: dropout between the activation and ``wo``."""
+        arch, tape, names = self.arch, self.tape, self.names
+        h, width, prefix = self.shape.hidden, self.shape.intermediate, names.mlp
+        if arch.mlp == "plain":
+            hidden = self.linear(f"{prefix}.{names.fc1}", x, h, width, False)
+            activated = self._activation(hidden)
+            tape.release(hidden)
+        else:
+            gate = self.linear(f"{prefix}.{names.gate_proj}", x, h, width, False)
+            up = self.linear(f"{prefix}.{names.up_proj}", x, h, width, False)
+            act = self._activation(gate)
+            activated = tape.mul(act, up)
+            tape.release(gate, up, act)
+        dropped = tape.dropout(activated, arch.residual_dropout)
+        if dropped is not activated:
+            tape.release(activated)
+        out = self.linear(f"{prefix}.{names.down_proj}", dropped, width, h, False)
+        tape.release(dropped)
+        return out

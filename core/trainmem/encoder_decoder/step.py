@@ -1,0 +1,77 @@
+"""The hooks the step simulation calls for an encoder-decoder (``simulate.py``, ``plan.py``).
+
+* :func:`source_ids_bytes`: the int64 source token ids (``input_ids``); the target ids are the batch the
+  decoder path already counts (``labels``), and ``_shift_right(labels)`` makes ``decoder_input_ids``,
+  another b·t int64 tensor alive through the forward (counted here too);
+* :func:`forward`: the encoder stack's forward (before the decoder's embedding, as T5 runs it); its output
+  stays alive as ``encoder: output`` through the decoder;
+* :func:`start_backward`: the gradient buffer of the encoder output appears with the decoder's backward;
+* :func:`backward`: after the decoder's embedding backward, the encoder output and its gradient buffer are
+  handed to the encoder stack's backward.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from .. import stacks
+from ..allocator import rounded
+from ..layers import LayerKernels
+from ..tape import DTYPE_BYTES
+from ..timeline import MemoryAccount
+from .stack import ENCODER, encoder_pieces
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+GRADIENT = "encoder output gradient"
+GRADIENT_DETAIL = "the gradient of the encoder output, summed over the decoder layers' cross-attention"
+OUTPUT = f"{ENCODER}: output"
+
+
+def encoder_trains(plan: Plan) -> bool:
+    return plan.setup.finetuning.method == "full"
+
+
+def source_ids_bytes(plan: Plan) -> int:
+    """``input_ids`` (b·s_src) and ``decoder_input_ids`` (b·t, from ``_shift_right(labels)``), int64."""
+    if plan.encoder is None:
+        return 0
+    batch = plan.setup.micro_batch_size
+    return rounded(batch * plan.source_length * 8, plan.device) + rounded(
+        batch * plan.setup.sequence_length * 8, plan.device
+    )
+
+
+def _stack(plan: Plan, kernels: LayerKernels, grads_exist: bool) -> stacks.Stack:
+    return encoder_pieces(
+        plan.encoder, plan.setup.micro_batch_size, plan.source_length, kernels, encoder_trains(plan),
+        plan.setup.activation_checkpointing == "full", grads_exist,
+    )
+
+
+def forward(plan: Plan, account: MemoryAccount, micro_batch: int, suffix: str, kernels: LayerKernels, grads_exist: bool) -> None:
+    if plan.encoder is None:
+        return
+    stacks.forward(account, [_stack(plan, kernels, grads_exist)], micro_batch, suffix)
+
+
+def output_gradient_bytes(plan: Plan, kernels: LayerKernels) -> int:
+    if plan.encoder is None or not encoder_trains(plan):
+        return 0
+    numel = plan.setup.micro_batch_size * plan.source_length * plan.encoder.architecture.hidden_size
+    return rounded(numel * DTYPE_BYTES[kernels.stream_dtype], plan.device)
+
+
+def start_backward(plan: Plan, account: MemoryAccount, kernels: LayerKernels) -> None:
+    if plan.encoder is not None:
+        account.set("activations", GRADIENT, output_gradient_bytes(plan, kernels), GRADIENT_DETAIL)
+
+
+def backward(plan: Plan, account: MemoryAccount, micro_batch: int, suffix: str, kernels: LayerKernels,
+             grads_exist: bool, stored: Callable[[int], int]) -> None:
+    if plan.encoder is None:
+        return
+    account.set("activations", OUTPUT, 0)  # the last decoder layer's saved K/V inputs are gone
+    account.set("activations", GRADIENT, 0)  # handed to the final norm's backward (counted in its trace)
+    stacks.backward(account, [_stack(plan, kernels, grads_exist)], micro_batch, suffix, grads_exist, stored)
