@@ -529,3 +529,6 @@ CASES += post_training_cases(case, globals())
 from encoder_corpus_cases import ENCODER_CASES  # noqa: E402  (the encoder families and their heads)
 
 CASES += ENCODER_CASES
+from encoder_decoder_corpus_cases import ENCODER_DECODER_CASES  # noqa: E402  (T5, flan-T5, mT5)
+
+CASES += ENCODER_DECODER_CASES

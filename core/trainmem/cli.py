@@ -92,6 +92,10 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("batch and precision")
     run.add_argument("--micro-batch-size", "--mbs", type=int, dest="micro_batch_size")
     run.add_argument("--seq-len", "--sequence-length", type=int, dest="sequence_length")
+    run.add_argument(
+        "--target-len", "--target-length", type=int, dest="target_length",
+        help="encoder-decoders (t5, mt5): the decoder's tokens per sample; --seq-len is then the source length",
+    )
     run.add_argument("--grad-accum", "--gradient-accumulation-steps", type=int, dest="gradient_accumulation_steps")
     run.add_argument("--precision", help="fp32, amp-bf16, bf16-mixed, bf16-master-weights, bf16-pure, ...")
     run.add_argument("--optimizer", help="adamw, adam, sgd, sgd-momentum, adamw-8bit, adafactor, lion, ...")
@@ -172,6 +176,7 @@ def flag_patch(args: argparse.Namespace) -> dict[str, Any]:
     for name in (
         "micro_batch_size",
         "sequence_length",
+        "target_length",
         "gradient_accumulation_steps",
         "precision",
         "activation_checkpointing",

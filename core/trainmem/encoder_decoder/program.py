@@ -57,20 +57,71 @@ class T5LayerProgram(LayerProgram):
         shape, tape, names = self.shape, self.tape, self.names
         inner = shape.heads * shape.head_dim
         source_tokens = shape.batch * shape.cross_seq
-        encoder_output = Sym(source_tokens * shape.hidden, self.kernels.stream_dtype, False, "external")
+        # The encoder output requires grad when the encoder trains (full fine-tuning: every module does; LoRA
+        # and frozen groups are refused for encoder-decoders, trainmem.encoder_decoder.checks).
+        encoder_trains = self.trainability.trains(names.cross_k)
+        encoder_output = Sym(source_tokens * shape.hidden, self.kernels.stream_dtype, encoder_trains, "external")
         q = self.linear(names.cross_q, x, shape.hidden, inner, False)
-        k = self.linear(names.cross_k, encoder_output, shape.hidden, inner, False)
-        v = self.linear(names.cross_v, encoder_output, shape.hidden, inner, False)
+        k = self._encoder_projection(names.cross_k, encoder_output, inner)
+        v = self._encoder_projection(names.cross_v, encoder_output, inner)
         self_shape = self.shape
         self.shape = replace(self_shape, kv_seq=shape.cross_seq, attention_mask=False, packed_row=False)
+        self._cross = True
         try:
             out = self._attention_core(q, k, v)
         finally:
             self.shape = self_shape
+            self._cross = False
         tape.release(q, k, v)
         projected = self.linear(names.cross_o, out, inner, shape.hidden, False)
         tape.release(out)
         return projected
+
+    def _encoder_projection(self, module: str, encoder_output: Sym, inner: int) -> Sym:
+        """``k(encoder_output)`` / ``v(encoder_output)``. Under autocast each call casts the shared encoder
+        output to the low dtype: a new activation per projection, which the linear saves for its weight's
+        gradient (measured, torch 2.13 CPU autocast)."""
+        tape = self.tape
+        source = encoder_output
+        if tape.autocast is not None and encoder_output.dtype != tape.autocast:
+            source = tape.new(encoder_output.numel, tape.autocast, encoder_output.requires_grad)
+            tape.record("to_copy", [], [encoder_output], [source])
+        out = self.linear(module, source, self.shape.hidden, inner, False)
+        if source is not encoder_output:
+            tape.release(source)
+        return out
+
+    _cross = False
+
+    def _attention_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """T5's ``eager_attention_forward``: ``softmax(q kᵀ · scaling + position_bias) [dropout] @ v``.
+
+        The position bias is a tensor: in self-attention the relative bias table's lookup in the weights'
+        dtype (fp32 under autocast, so the biased scores, their softmax and its dropout are fp32), in
+        cross-attention zeros in the query's dtype. SDPA and its math path are the shared kernels
+        (:meth:`LayerProgram._attention_core`; the bias is their additive mask, not modelled)."""
+        if self.kernels.attention != "eager":
+            return super()._attention_core(q, k, v)
+        shape, tape = self.shape, self.tape
+        first_saved = len(tape.saved_storages)
+        scores = tape.matmul(q, k, shape.batch * shape.heads * shape.seq * shape.kv_seq)
+        scaled = tape.scale(scores)
+        tape.release(scores)
+        bias_dtype = q.dtype if self._cross else self.kernels.weight_dtype
+        biased = tape.add(scaled, Sym(shape.heads * shape.seq * shape.kv_seq, bias_dtype, False, "external"))
+        tape.release(scaled)
+        # CPU autocast left the softmax in the scores' dtype (measured, torch 2.13: bf16 in cross-attention, fp32
+        # where the fp32 bias promoted the scores); CUDA autocast runs softmax in fp32 (its fp32 op list).
+        probs = tape.unary_saving_result("softmax", biased, dtype=biased.dtype if self.kernels.device == "cpu" else None)
+        tape.release(biased)
+        dropped = tape.dropout(probs, self.arch.attention_dropout)
+        context = tape.matmul(dropped, v, q.numel)
+        tape.release(probs, dropped)
+        out = tape.copy(context)  # transpose(1, 2).contiguous()
+        tape.release(context)
+        if self.kernels.selective_recompute:
+            self._forget_saved_since(first_saved, keep=(q, k, v))
+        return out
 
     def feed_forward(self, x: Sym) -> Sym:
         """``T5DenseActDense`` / ``T5DenseGatedActDense``: dropout between the activation and ``wo``."""
