@@ -1,4 +1,4 @@
-"""Measured corpus cases of the encoder-decoders (T5 v1.0, T5 v1.1 / flan-T5, mT5): ``trainmem.encoder_decoder``.
+"""Measured corpus cases of the encoder-decoders (T5 v1.0, T5 v1.1 / flan-T5, mT5, BART): ``trainmem.encoder_decoder``.
 
 Small T5 configs run for real on the CPU with different source (``sequence_length``) and target
 (``target_length``) lengths, fp32 and AMP bf16, eager attention and SDPA; t5-small and flan-t5-base run on
@@ -15,6 +15,10 @@ T5_V11_SMALL = {"model_type": "t5", **T5_COMMON, "num_decoder_layers": 3, "feed_
                 "tie_word_embeddings": False}
 T5_V10_SMALL = {"model_type": "t5", **T5_COMMON, "feed_forward_proj": "relu"}
 MT5_SMALL = {"model_type": "mt5", **T5_COMMON, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False}
+BART_SMALL = {"model_type": "bart", "vocab_size": 4096, "d_model": 128, "encoder_layers": 2, "decoder_layers": 3,
+              "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 256, "decoder_ffn_dim": 256,
+              "max_position_embeddings": 512, "dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1,
+              "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2}
 
 
 def seq2seq_case(
@@ -59,9 +63,16 @@ ENCODER_DECODER_CASES: list[dict[str, Any]] = [
     seq2seq_case("t5v10-small-fp32-eager-b4-src128-tgt64", T5_V10_SMALL, batch=4, source=128, target=64,
                  description="T5 v1.0 layout (ReLU, lm_head tied to shared, decoder output scaled by d_model**-0.5)."),
     seq2seq_case("mt5-small-fp32-eager-b2-src128-tgt64", MT5_SMALL, batch=2, source=128, target=64),
+    seq2seq_case("bart-small-fp32-eager-b4-src256-tgt64", BART_SMALL, batch=4, source=256, target=64,
+                 description="BART layout (post-LN, learned positions with the offset of 2, layernorm_embedding, "
+                 "final_logits_bias), 2 encoder / 3 decoder layers."),
+    seq2seq_case("bart-small-ampbf16-eager-b4-src128-tgt128", BART_SMALL, batch=4, source=128, target=128,
+                 precision="amp-bf16"),
+    seq2seq_case("bart-small-fp32-sdpa-b4-src256-tgt64", BART_SMALL, batch=4, source=256, target=64, attention="sdpa"),
     # ---------------------------------------------------------------- published models (fake tensors)
     seq2seq_case("t5-small-fp32-eager-b8-src512-tgt128-fake", "t5-small", batch=8, source=512, target=128, fake=True),
     seq2seq_case("flan-t5-base-ampbf16-eager-b8-src512-tgt128-fake", "flan-t5-base", batch=8, source=512, target=128,
                  precision="amp-bf16", fake=True),
+    seq2seq_case("bart-base-fp32-eager-b8-src512-tgt128-fake", "bart-base", batch=8, source=512, target=128, fake=True),
 ]
 # fmt: on

@@ -1,4 +1,5 @@
-"""Encoder-decoders (T5 v1.0, T5 v1.1 / flan-T5, mT5): ``trainmem.models.t5`` and ``trainmem.encoder_decoder``.
+"""Encoder-decoders (T5 v1.0, T5 v1.1 / flan-T5, mT5, BART): ``trainmem.models.t5``, ``models.bart`` and
+``trainmem.encoder_decoder``.
 
 Parameter counts are checked against transformers 5.24 on the meta device (``AutoModelForSeq2SeqLM``) for
 every preset and for small configs of each layout; PUBLISHED_COUNTS were obtained that way. The layer
@@ -22,7 +23,7 @@ from trainmem.plan import Plan
 from trainmem.setup import Setup
 
 ENCODER_DECODER_PRESETS = sorted(
-    name for name, p in presets().items() if p.config.get("model_type") in ("t5", "mt5")
+    name for name, p in presets().items() if p.config.get("model_type") in ("t5", "mt5", "bart")
 )
 
 #: transformers 5.24, meta device, ``AutoModelForSeq2SeqLM``. T5 v1.0's are the model cards' (60M, 223M, 738M).
@@ -36,6 +37,8 @@ PUBLISHED_COUNTS = {
     "flan-t5-large": 750_251_008,
     "flan-t5-xl": 2_783_959_040,
     "mt5-base": 390_315_264,
+    "bart-base": 139_420_416,  # card: 139M
+    "bart-large": 406_291_456,  # card: 406M
 }
 
 COMMON = {"vocab_size": 1000, "d_model": 64, "d_kv": 24, "d_ff": 96, "num_layers": 2, "num_heads": 4}
@@ -44,6 +47,9 @@ SMALL = {
     "t5-gated-untied": {"model_type": "t5", **COMMON, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
     "t5-asymmetric": {"model_type": "t5", **COMMON, "num_decoder_layers": 3, "relative_attention_num_buckets": 16},
     "mt5": {"model_type": "mt5", **COMMON, "feed_forward_proj": "gated-gelu"},
+    "bart": {"model_type": "bart", "vocab_size": 1000, "d_model": 64, "encoder_layers": 2, "decoder_layers": 3,
+             "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 96, "decoder_ffn_dim": 96,
+             "max_position_embeddings": 128, "scale_embedding": True},
 }
 
 
@@ -160,6 +166,7 @@ def test_target_length_is_in_the_schema():
         (["--preset", "t5-small", "--gpus", "2", "--zero", "3"], "parallelism.strategy"),
         (["--preset", "t5-small", "--task", "sequence_classification"], "task.kind"),
         (["--hf-config", "{config}"], "model.hf_config.feed_forward_proj"),
+        (["--preset", "bart-base", "--seq-len", "512", "--target-len", "1025"], "target_length"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(arguments, field, capsys, tmp_path):
@@ -175,3 +182,16 @@ def test_cli_target_length_flag(capsys):
     code = main(["estimate", "--preset", "flan-t5-base", "--seq-len", "512", "--target-len", "128", "--json"])
     out = capsys.readouterr().out
     assert code == 0 and '"target_length": 128' in out
+
+
+def test_bart_reading_and_limits():
+    arch = architecture_from_hf_config(SMALL["bart"])
+    assert (arch.num_hidden_layers, arch.encoder_layers, arch.max_target_positions) == (3, 2, 128)
+    assert arch.norm == "layernorm" and arch.mlp == "plain" and arch.position_embedding == "learned"
+    positions = [t for t in encoder_stack(arch).prelude if t.name.endswith("embed_positions.weight")]
+    assert positions[0].shape == (128 + 2, 64)  # BartLearnedPositionalEmbedding's offset of 2
+    with pytest.raises(ValueError, match="false is not modelled for bart"):
+        Setup(model={"hf_config": {**SMALL["bart"], "tie_word_embeddings": False}}, sequence_length=64)
+    with pytest.raises(ValueError, match="target_length"):
+        Setup(model={"hf_config": SMALL["bart"]}, sequence_length=64, target_length=129)
+    assert count({"hf_config": SMALL["bart"]}) > 0

@@ -215,6 +215,9 @@ class Architecture(FrozenModel):
     max_target_positions: Optional[PositiveInt] = Field(
         default=None, description="The decoder's longest input where the model has a limit (None: no limit)."
     )
+    mlp_activation_dropout: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="BART's activation_dropout: dropout between the MLP's activation and fc2."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:

@@ -84,14 +84,16 @@ def trace_loss_head(
 
     ``gathered_vocab``: the head's local logits (``vocab_per_rank`` columns) are all-gathered to
     this many columns before the loss (DTensor ``ColwiseParallel(output_layouts=Replicate())``)."""
+    if arch.cross_attention:  # an encoder-decoder's decoder (trainmem.encoder_decoder.ends)
+        from .encoder_decoder.ends import trace_seq2seq_loss_head
+
+        return trace_seq2seq_loss_head(arch, shape, kernels, trainability, vocab_per_rank, parameter_grads_exist)
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     program = _program(arch, shape, kernels, trainability, tape)
     tokens, h = shape.stream_tokens, shape.hidden
     x = tape.new(tokens * h, kernels.stream_dtype, True)
     normed = program.norm(program.names.final_norm, x, tokens, h)
     tape.release(x)
-    if arch.cross_attention:  # T5Stack: dropout after the final norm; T5 v1.0: * d_model**-0.5 before the head
-        normed = _t5_decoder_output(tape, arch, normed)
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
     logits = tape.linear(normed, weight, vocab_per_rank)
     tape.release(normed)
@@ -151,19 +153,6 @@ def trace_chunked_loss_head(
     tape.record("fused_linear_cross_entropy", [grad_input, grad_weight], [normed, weight], [loss])
     tape.release(normed)
     return _finish(tape, loss, parameter_grads_exist, x)
-
-
-def _t5_decoder_output(tape: Tape, arch: Architecture, normed: Sym) -> Sym:
-    """``T5Stack``'s dropout after ``final_layer_norm``, then ``sequence_output * d_model**-0.5`` when
-    ``scale_decoder_outputs`` (T5ForConditionalGeneration.forward, transformers 5.24)."""
-    dropped = tape.dropout(normed, arch.residual_dropout)
-    if dropped is not normed:
-        tape.release(normed)
-    if arch.decoder_output_scale:
-        scaled = tape.scale(dropped)
-        tape.release(dropped)
-        dropped = scaled
-    return dropped
 
 
 def _head_trains(arch: Architecture, trainability: Trainability) -> bool:

@@ -793,7 +793,7 @@ class Setup(StrictModel):
     )
     target_length: Optional[SequenceLength] = Field(
         default=None,
-        description="Encoder-decoders (T5, mT5, flan-T5): the decoder's tokens per sample (the labels); "
+        description="Encoder-decoders (T5, mT5, flan-T5, BART): the decoder's tokens per sample (the labels); "
         "sequence_length is then the source (encoder) length. Default: sequence_length. Refused for "
         "decoder-only models and encoders.",
     )

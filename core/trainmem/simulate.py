@@ -219,6 +219,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             ("embedding", key, tied, embedding_rows),
             lambda: trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
             if arch.bidirectional
+            else encoder_step.trace_seq2seq_embedding(arch, shape, kernels, trainability, grads_exist, tied, False)
+            if arch.cross_attention and arch.embedding_norm  # BART's learned positions and layernorm_embedding
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
     head = None
@@ -602,6 +604,8 @@ def _buffer_bytes(plan: Plan) -> int:
     total = rounded(element, plan.device) if arch.embedding_scale_buffer else 0
     if arch.position_embedding == "rope":
         total += arch.rope_sets * 2 * rounded((arch.rotary_dim // 2) * element, plan.device)
+    if getattr(plan.family, "final_logits_bias", False):  # BART's (1, V) final_logits_bias buffer
+        total += rounded(arch.vocab_size * element, plan.device)
     return total + encoder_buffer_bytes(arch, plan.device)
 
 

@@ -27,7 +27,7 @@ def check_encoder_decoder_setup(setup: Setup, arch: Optional[Architecture]) -> N
         )
         raise FieldError(
             "target_length",
-            f"only encoder-decoders (t5, mt5) have a decoder length; {what}: give its tokens as sequence_length",
+            f"only encoder-decoders (t5, mt5, bart) have a decoder length; {what}: give its tokens as sequence_length",
         )
     if not encoder_decoder:
         return

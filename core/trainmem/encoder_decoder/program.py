@@ -61,7 +61,7 @@ class T5LayerProgram(LayerProgram):
         # and frozen groups are refused for encoder-decoders, trainmem.encoder_decoder.checks).
         encoder_trains = self.trainability.trains(names.cross_k)
         encoder_output = Sym(source_tokens * shape.hidden, self.kernels.stream_dtype, encoder_trains, "external")
-        q = self.linear(names.cross_q, x, shape.hidden, inner, False)
+        q = self.linear(names.cross_q, x, shape.hidden, inner, self.arch.attention_qkv_bias)
         k = self._encoder_projection(names.cross_k, encoder_output, inner)
         v = self._encoder_projection(names.cross_v, encoder_output, inner)
         self_shape = self.shape
@@ -73,7 +73,7 @@ class T5LayerProgram(LayerProgram):
             self.shape = self_shape
             self._cross = False
         tape.release(q, k, v)
-        projected = self.linear(names.cross_o, out, inner, shape.hidden, False)
+        projected = self.linear(names.cross_o, out, inner, shape.hidden, self.arch.attention_output_bias)
         tape.release(out)
         return projected
 
@@ -86,7 +86,7 @@ class T5LayerProgram(LayerProgram):
         if tape.autocast is not None and encoder_output.dtype != tape.autocast:
             source = tape.new(encoder_output.numel, tape.autocast, encoder_output.requires_grad)
             tape.record("to_copy", [], [encoder_output], [source])
-        out = self.linear(module, source, self.shape.hidden, inner, False)
+        out = self.linear(module, source, self.shape.hidden, inner, self.arch.attention_qkv_bias)
         if source is not encoder_output:
             tape.release(source)
         return out
@@ -142,4 +142,70 @@ class T5LayerProgram(LayerProgram):
             tape.release(activated)
         out = self.linear(f"{prefix}.{names.down_proj}", dropped, width, h, False)
         tape.release(dropped)
+        return out
+
+
+class BartLayerProgram(T5LayerProgram):
+    """``BartEncoderLayer`` / ``BartDecoderLayer``: post-LN sub-blocks, ``x = LayerNorm(x + dropout(f(x)))``.
+
+    Attention is BERT's ``eager_attention_forward`` (``softmax(q kᵀ · scaling [+ mask])`` in the scores'
+    dtype on a CPU, fp32 under CUDA autocast, dropout, ``@ v``) or SDPA; the MLP is ``fc2(activation_dropout(
+    act(fc1(x))))``. The decoder's eager causal mask (a (b, 1, t, t) tensor of the whole forward, in the
+    embeddings' dtype) promotes its self-attention scores; the mask itself is not counted."""
+
+    def layer(self, x: Sym) -> Sym:
+        arch, shape, tape, names = self.arch, self.shape, self.tape, self.names
+        rows, h = shape.stream_tokens, shape.hidden
+        hidden = self._post_norm(names.input_norm, x, self._residual_dropout(self.attention(x)), False)
+        if arch.cross_attention:
+            hidden = self._post_norm(names.cross_norm, hidden, self._residual_dropout(self.cross_attention(hidden)))
+        return self._post_norm(names.post_attention_norm, hidden, self._residual_dropout(self.feed_forward(hidden)))
+
+    def _post_norm(self, module: str, residual: Sym, branch: Sym, release_residual: bool = True) -> Sym:
+        """``LayerNorm(residual + branch)``; the layer's own input is the caller's to release."""
+        tape = self.tape
+        summed = tape.add(residual, branch)
+        tape.release(branch)
+        if release_residual:
+            tape.release(residual)
+        out = self.norm(module, summed, self.shape.stream_tokens, self.shape.hidden)
+        tape.release(summed)
+        return out
+
+    def feed_forward(self, x: Sym) -> Sym:
+        arch, tape, names = self.arch, self.tape, self.names
+        h, width = self.shape.hidden, self.shape.intermediate
+        hidden = self.linear(names.fc1, x, h, width, arch.mlp_bias)
+        activated = self._activation(hidden)
+        tape.release(hidden)
+        dropped = tape.dropout(activated, arch.mlp_activation_dropout)
+        if dropped is not activated:
+            tape.release(activated)
+        out = self.linear(names.fc2, dropped, width, h, arch.mlp_bias)
+        tape.release(dropped)
+        return out
+
+    def _attention_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        if self.kernels.attention != "eager":
+            return LayerProgram._attention_core(self, q, k, v)
+        shape, tape = self.shape, self.tape
+        first_saved = len(tape.saved_storages)
+        scores = tape.matmul(q, k, shape.batch * shape.heads * shape.seq * shape.kv_seq)
+        scaled = tape.scale(scores)
+        tape.release(scores)
+        if self.arch.cross_attention and not self._cross:
+            # The decoder's self-attention adds its 4-D causal mask, made in the embeddings' dtype (BartDecoder
+            # passes an all-ones attention_mask, so eager gets a float mask): fp32 under autocast promotes the scores.
+            masked = tape.add(scaled, Sym(shape.batch * shape.seq * shape.kv_seq, self.kernels.weight_dtype, False, "external"))
+            tape.release(scaled)
+            scaled = masked
+        probs = tape.unary_saving_result("softmax", scaled, dtype=scaled.dtype if tape.device == "cpu" else None)
+        tape.release(scaled)
+        dropped = tape.dropout(probs, self.arch.attention_dropout)
+        context = tape.matmul(dropped, v, q.numel)
+        tape.release(probs, dropped)
+        out = tape.copy(context)  # attn_output.transpose(1, 2).contiguous()
+        tape.release(context)
+        if self.kernels.selective_recompute:
+            self._forget_saved_since(first_saved, keep=(q, k, v))
         return out

@@ -30,6 +30,7 @@ from ..models import family_for
 from ..models.blocks import ParameterTensor
 from ..models.t5 import encoder_architecture
 from ..stacks import Piece, Stack
+from .ends import trace_seq2seq_embedding
 from ..tape import DTYPE_BYTES, Sym, Tape
 
 ENCODER = "encoder"
@@ -78,16 +79,10 @@ def _shape(arch: Architecture, batch: int, source_length: int) -> LayerShape:
 
 
 def _embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trains: bool) -> Trace:
-    """``shared(input_ids)`` then ``dropout``: the lookup saves only the ids (an input of the step); its
-    backward's V×h gradient is added into the pending one (``parameter_grads_exist``)."""
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    weight = Sym(arch.vocab_size * arch.hidden_size, kernels.weight_dtype, trains, "parameter")
-    out = tape.new(shape.stream_tokens * shape.hidden, kernels.weight_dtype, trains)
-    tape.record("embedding", [Sym(shape.stream_tokens, "int64", False, "external")], [weight], [out])
-    dropped = tape.dropout(out, arch.embedding_dropout)
-    if dropped is not out:
-        tape.release(out)
-    return replay(tape, [dropped], tape.peak_live_bytes, dropped.nbytes, False, True)
+    """The encoder's embedding (:func:`~trainmem.encoder_decoder.ends.trace_seq2seq_embedding`); the lookup's
+    V×h gradient of ``shared`` is added into the one already pending (``parameter_grads_exist``)."""
+    trainability = Trainability(lambda module: trains, lambda module: False)
+    return trace_seq2seq_embedding(arch, shape, kernels, trainability, True, False, True)
 
 
 def _final_norm(arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability) -> Trace:
@@ -113,11 +108,13 @@ def encoder_pieces(
     trainability = Trainability(lambda module: trains, lambda module: False)
     stream_bytes = shape.stream_tokens * shape.hidden * DTYPE_BYTES[kernels.stream_dtype]
     embedding = _embedding(arch, shape, kernels, trains)
-    first = trace_layer(arch, shape, kernels, trainability, trains, grads_exist)
-    norm = _final_norm(arch, shape, kernels, trainability)
-    pieces = (
+    layer = trace_layer(arch, shape, kernels, trainability, trains, grads_exist)
+    pieces = [
         Piece("encoder embedding", 1, embedding, trains),
-        Piece("encoder layer {index}", stack.num_layers, first, trains, recompute, stream_bytes),
-        Piece("encoder final norm", 1, norm, trains),
-    )
-    return Stack(ENCODER, pieces, norm.output_bytes)
+        Piece("encoder layer {index}", stack.num_layers, layer, trains, recompute, stream_bytes),
+    ]
+    last = layer
+    if stack.postlude:  # T5's final_layer_norm and dropout (BART's encoder ends with its last layer)
+        last = _final_norm(arch, shape, kernels, trainability)
+        pieces.append(Piece("encoder final norm", 1, last, trains))
+    return Stack(ENCODER, tuple(pieces), last.output_bytes)

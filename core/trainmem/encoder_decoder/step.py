@@ -19,6 +19,7 @@ from ..allocator import rounded
 from ..layers import LayerKernels
 from ..tape import DTYPE_BYTES
 from ..timeline import MemoryAccount
+from .ends import trace_seq2seq_embedding  # noqa: F401  (simulate.py's embedding of BART's decoder)
 from .stack import ENCODER, encoder_pieces
 
 if TYPE_CHECKING:

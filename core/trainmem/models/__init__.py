@@ -42,6 +42,7 @@ from .qwen3_next import Qwen3Next
 from .roberta import Roberta, XLMRoberta
 from .starcoder2 import Starcoder2
 from .t5 import MT5, T5
+from .bart import Bart
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     GPT2,
@@ -72,6 +73,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     DistilBert,
     T5,
     MT5,
+    Bart,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}

@@ -58,6 +58,8 @@ class T5Names(ModuleNames):
     cross_o: str = "layer.1.EncDecAttention.o"
     cross_norm: str = "layer.1.layer_norm"
     relative_bias: str = "layer.0.SelfAttention.relative_attention_bias"
+    embedding_norm: str = ""
+    """The LayerNorm over a stack's summed embeddings (BART's ``layernorm_embedding``; T5 has none)."""
 
     def module_paths(self) -> tuple[str, ...]:
         return (*super().module_paths(), self.cross_q, self.cross_k, self.cross_v, self.cross_o, self.cross_norm)
@@ -103,6 +105,10 @@ class T5(DecoderFamily):
     lora_default_targets: Optional[tuple[str, ...]] = ("q", "v")
     eager_softmax_in_fp32 = False  # T5's eager_attention_forward: softmax in the scores' dtype
     defaults = T5_DEFAULTS
+    has_final_norm = True
+    """The decoder stack ends with a norm (T5's ``final_layer_norm``; BART has none)."""
+    final_logits_bias = False
+    """A (1, V) buffer added to the logits (BART)."""
     scales_decoder_output = True
     """``T5ForConditionalGeneration`` scales the decoder output when the file does not untie the head (mT5 never)."""
 
