@@ -31,6 +31,8 @@ def seq2seq_case(
     precision: str = "fp32",
     attention: str = "eager",
     checkpointing: str = "none",
+    accumulation: int = 1,
+    lora: Any = None,
     fake: bool = False,
     description: str = "",
 ) -> dict[str, Any]:
@@ -40,12 +42,15 @@ def seq2seq_case(
         "micro_batch_size": batch,
         "sequence_length": source,
         "target_length": target,
+        "gradient_accumulation_steps": accumulation,
         "precision": precision,
         "optimizer": {"name": "adamw"},
         "activation_checkpointing": checkpointing,
         "attention": attention,
         "runtime": {"device": "cpu"},
     }
+    if lora is not None:
+        setup["finetuning"] = {"method": "lora", "lora": lora}
     return {"id": case_id, "description": description, "fake": fake, "setup": setup}
 
 
@@ -60,6 +65,14 @@ ENCODER_DECODER_CASES: list[dict[str, Any]] = [
                  precision="amp-bf16"),
     seq2seq_case("t5v11-small-fp32-sdpa-b4-src256-tgt64", T5_V11_SMALL, batch=4, source=256, target=64,
                  attention="sdpa"),
+    seq2seq_case("t5v11-small-fp32-eager-ckpt-b4-src256-tgt64", T5_V11_SMALL, batch=4, source=256, target=64,
+                 checkpointing="full", description="Full activation checkpointing of both stacks' blocks."),
+    seq2seq_case("t5v11-small-fp32-eager-ga2-b2-src256-tgt64", T5_V11_SMALL, batch=2, source=256, target=64,
+                 accumulation=2),
+    seq2seq_case("t5v11-small-lora-fp32-eager-b4-src256-tgt64", T5_V11_SMALL, batch=4, source=256, target=64,
+                 lora={"r": 8}, description="LoRA with PEFT's default targets for t5 (q, v of both stacks' attention)."),
+    seq2seq_case("t5v11-small-lora-ampbf16-eager-b4-src256-tgt64", T5_V11_SMALL, batch=4, source=256, target=64,
+                 precision="amp-bf16", lora={"r": 8, "target_modules": "all-linear"}),
     seq2seq_case("t5v10-small-fp32-eager-b4-src128-tgt64", T5_V10_SMALL, batch=4, source=128, target=64,
                  description="T5 v1.0 layout (ReLU, lm_head tied to shared, decoder output scaled by d_model**-0.5)."),
     seq2seq_case("mt5-small-fp32-eager-b2-src128-tgt64", MT5_SMALL, batch=2, source=128, target=64),
@@ -68,6 +81,8 @@ ENCODER_DECODER_CASES: list[dict[str, Any]] = [
                  "final_logits_bias), 2 encoder / 3 decoder layers."),
     seq2seq_case("bart-small-ampbf16-eager-b4-src128-tgt128", BART_SMALL, batch=4, source=128, target=128,
                  precision="amp-bf16"),
+    seq2seq_case("bart-small-lora-fp32-eager-b4-src256-tgt64", BART_SMALL, batch=4, source=256, target=64,
+                 lora={"r": 8}, description="LoRA with PEFT's default targets for bart (q_proj, v_proj)."),
     seq2seq_case("bart-small-fp32-sdpa-b4-src256-tgt64", BART_SMALL, batch=4, source=256, target=64, attention="sdpa"),
     # ---------------------------------------------------------------- published models (fake tensors)
     seq2seq_case("t5-small-fp32-eager-b8-src512-tgt128-fake", "t5-small", batch=8, source=512, target=128, fake=True),

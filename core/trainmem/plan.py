@@ -34,7 +34,7 @@ from .setup import Setup, _parse_layer_range
 from .tape import DTYPE_BYTES
 from .training.phases import adjust_inventory
 from .vision import step as vision_step
-from .encoder_decoder.stack import encoder_stack
+from .encoder_decoder.stack import encoder_stack, with_encoder_layers
 from .vision.training import trainable_numel as vision_trainable_numel, vision_slices
 
 @dataclass(frozen=True)
@@ -173,7 +173,8 @@ class Plan:
         families whose v4 target names PEFT converts (``trainmem.lora_targets``)."""
         if not self.lora or self.inventory is None:
             return None
-        return resolve_lora_targets(self.finetuning.lora, self.family, self.inventory)
+        inventory = self.inventory if self.encoder is None else with_encoder_layers(self.inventory, self.encoder)
+        return resolve_lora_targets(self.finetuning.lora, self.family, inventory)
 
     @cached_property
     def saved_module_tensors(self) -> frozenset[str]:
@@ -345,6 +346,10 @@ class Plan:
             for adapter in targets.adapters_of(group):
                 numel = adapter.numel_per_layer(tp, ep)
                 adapters.append((adapter.module, numel, count, kind))
+        if stage.has_embedding and self.encoder is not None:  # the encoder's adapters (kind -1: not a decoder layer)
+            encoder = with_encoder_layers(self.inventory, self.encoder).layer_groups[-1]
+            for adapter in targets.adapters_of(encoder):
+                adapters.append((f"encoder.{adapter.module}", adapter.numel_per_layer(tp, ep), encoder.count, -1))
         return adapters
 
     # ------------------------------------------------------------------ counts
@@ -371,7 +376,8 @@ class Plan:
         targets = self.lora_targets
         if targets is None:
             return 0
-        return sum(adapter.numel_per_layer(1, 1) * group.count for group in self.inventory.layer_groups for adapter in targets.adapters_of(group))
+        inventory = self.inventory if self.encoder is None else with_encoder_layers(self.inventory, self.encoder)
+        return sum(adapter.numel_per_layer(1, 1) * group.count for group in inventory.layer_groups for adapter in targets.adapters_of(group))
 
     @cached_property
     def num_trainable_parameters(self) -> int:

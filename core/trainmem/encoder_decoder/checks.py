@@ -38,9 +38,14 @@ def check_encoder_decoder_setup(setup: Setup, arch: Optional[Architecture]) -> N
             f"target_length ({target}) exceeds the decoder's max_target_positions ({arch.max_target_positions})",
         )
     name = arch.model_type
-    if setup.finetuning.method != "full":
+    if setup.finetuning.method not in ("full", "lora"):
         raise FieldError(
-            "finetuning.method", f"{setup.finetuning.method} on an encoder-decoder ({name}) is not modelled yet; use full"
+            "finetuning.method", f"{setup.finetuning.method} on an encoder-decoder ({name}) is not modelled yet; use full or lora"
+        )
+    lora = setup.finetuning.lora
+    if setup.finetuning.method == "lora" and (lora.modules_to_save or lora.use_dora):
+        raise FieldError(
+            "finetuning.lora", f"modules_to_save and DoRA on an encoder-decoder ({name}) are not modelled yet"
         )
     if setup.finetuning.frozen:
         raise FieldError("finetuning.frozen", f"frozen groups on an encoder-decoder ({name}) are not modelled yet")

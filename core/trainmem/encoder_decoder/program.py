@@ -57,9 +57,10 @@ class T5LayerProgram(LayerProgram):
         shape, tape, names = self.shape, self.tape, self.names
         inner = shape.heads * shape.head_dim
         source_tokens = shape.batch * shape.cross_seq
-        # The encoder output requires grad when the encoder trains (full fine-tuning: every module does; LoRA
-        # and frozen groups are refused for encoder-decoders, trainmem.encoder_decoder.checks).
-        encoder_trains = self.trainability.trains(names.cross_k)
+        # The encoder output requires grad when the encoder trains (full fine-tuning: every module does) or
+        # carries adapters (LoRA's target_modules match both stacks' modules by name: PEFT's defaults q, v and
+        # q_proj, v_proj do); frozen groups are refused for encoder-decoders (trainmem.encoder_decoder.checks).
+        encoder_trains = self.trainability.trains(names.cross_k) or self.kernels.lora_rank > 0
         encoder_output = Sym(source_tokens * shape.hidden, self.kernels.stream_dtype, encoder_trains, "external")
         q = self.linear(names.cross_q, x, shape.hidden, inner, self.arch.attention_qkv_bias)
         k = self._encoder_projection(names.cross_k, encoder_output, inner)

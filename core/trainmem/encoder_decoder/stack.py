@@ -21,11 +21,12 @@ is not counted); the encoder pieces under ZeRO-3/FSDP are not gathered layer by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..architecture import Architecture
 from ..layers import LayerKernels, LayerShape, Trace, Trainability, replay, trace_layer
+from ..inventory import LayerGroup, ModelInventory
 from ..models import family_for
 from ..models.blocks import ParameterTensor
 from ..models.t5 import encoder_architecture
@@ -56,6 +57,14 @@ class EncoderStack:
     def tensors(self) -> list[tuple[ParameterTensor, int]]:
         """(tensor, copies) of every encoder tensor."""
         return [(t, 1) for t in self.prelude] + [(t, self.num_layers) for t in self.layer] + [(t, 1) for t in self.postlude]
+
+
+def with_encoder_layers(inventory: ModelInventory, stack: EncoderStack) -> ModelInventory:
+    """The inventory with the encoder's layers as one more layer group: what PEFT's ``target_modules`` are
+    matched against (they match module paths of both stacks: ``q`` adapts ``encoder.block.N...SelfAttention.q``
+    and ``decoder.block.N...SelfAttention.q`` / ``EncDecAttention.q``)."""
+    group = LayerGroup(stack.architecture, stack.layer, tuple(range(stack.num_layers)))
+    return replace(inventory, layer_groups=(*inventory.layer_groups, group))
 
 
 def encoder_stack(decoder: Optional[Architecture]) -> Optional[EncoderStack]:
@@ -100,18 +109,20 @@ def _final_norm(arch: Architecture, shape: LayerShape, kernels: LayerKernels, tr
 
 def encoder_pieces(
     stack: EncoderStack, batch: int, source_length: int, kernels: LayerKernels, trains: bool, recompute: bool,
-    grads_exist: bool,
+    grads_exist: bool, has_adapter=lambda module: False,
 ) -> Stack:
-    """The encoder as a stack: embedding, layers, final norm (each replayed once on a tape)."""
+    """The encoder as a stack: embedding, layers, final norm (each replayed once on a tape). ``trains``: the
+    encoder's own weights train (full fine-tuning); ``has_adapter``: LoRA adapts the module (by path)."""
     arch = stack.architecture
     shape = _shape(arch, batch, source_length)
-    trainability = Trainability(lambda module: trains, lambda module: False)
+    trainability = Trainability(lambda module: trains, has_adapter)
+    adapted = any(has_adapter(t.module) for t in stack.layer)
     stream_bytes = shape.stream_tokens * shape.hidden * DTYPE_BYTES[kernels.stream_dtype]
     embedding = _embedding(arch, shape, kernels, trains)
     layer = trace_layer(arch, shape, kernels, trainability, trains, grads_exist)
     pieces = [
         Piece("encoder embedding", 1, embedding, trains),
-        Piece("encoder layer {index}", stack.num_layers, layer, trains, recompute, stream_bytes),
+        Piece("encoder layer {index}", stack.num_layers, layer, trains or adapted, recompute, stream_bytes),
     ]
     last = layer
     if stack.postlude:  # T5's final_layer_norm and dropout (BART's encoder ends with its last layer)

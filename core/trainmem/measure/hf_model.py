@@ -172,7 +172,7 @@ def _add_lora(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
         r=lora.r,
         target_modules=target,
         lora_dropout=lora.lora_dropout,
-        task_type="CAUSAL_LM",
+        task_type="SEQ_2_SEQ_LM" if getattr(model.config, "is_encoder_decoder", False) else "CAUSAL_LM",
         modules_to_save=list(lora.modules_to_save) or None,
         use_dora=lora.use_dora,
     )

@@ -105,6 +105,8 @@ class T5(DecoderFamily):
     lora_default_targets: Optional[tuple[str, ...]] = ("q", "v")
     eager_softmax_in_fp32 = False  # T5's eager_attention_forward: softmax in the scores' dtype
     defaults = T5_DEFAULTS
+    is_encoder_decoder = True
+    """The Architecture is the decoder; the encoder is read from the same config (``encoder_*`` methods)."""
     has_final_norm = True
     """The decoder stack ends with a norm (T5's ``final_layer_norm``; BART has none)."""
     final_logits_bias = False
