@@ -162,7 +162,7 @@ def test_target_length_is_in_the_schema():
     [
         (["--preset", "llama-2-7b", "--seq-len", "512", "--target-len", "64"], "target_length"),
         (["--preset", "bert-base-uncased", "--seq-len", "128", "--target-len", "64"], "target_length"),
-        (["--preset", "t5-small", "--seq-len", "512", "--target-len", "64", "--lora", "8"], "finetuning.method"),
+        (["--preset", "t5-small", "--seq-len", "512", "--target-len", "64", "--qlora", "8"], "finetuning.method"),
         (["--preset", "t5-small", "--gpus", "2", "--zero", "3"], "parallelism.strategy"),
         (["--preset", "t5-small", "--task", "sequence_classification"], "task.kind"),
         (["--hf-config", "{config}"], "model.hf_config.feed_forward_proj"),
@@ -195,3 +195,33 @@ def test_bart_reading_and_limits():
     with pytest.raises(ValueError, match="target_length"):
         Setup(model={"hf_config": SMALL["bart"]}, sequence_length=64, target_length=129)
     assert count({"hf_config": SMALL["bart"]}) > 0
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("name", "targets"), [("flan-t5-base", None), ("t5-small", "all-linear"), ("bart-base", None), ("bart-base", "all-linear")]
+)
+def test_lora_trainable_counts_match_peft(name, targets):
+    """PEFT's target_modules match module paths of both stacks (q, v: the encoder's and the decoder's self- and
+    cross-attention)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    fields = dict(presets()[name].config)
+    hf_config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device("meta"):
+        model = transformers.AutoModelForSeq2SeqLM.from_config(hf_config)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=16, target_modules=targets, task_type="SEQ_2_SEQ_LM"))
+    lora = {"r": 16} if targets is None else {"r": 16, "target_modules": targets}
+    plan = Plan(Setup(model=name, sequence_length=128, target_length=64, finetuning={"method": "lora", "lora": lora}))
+    assert plan.num_trainable_parameters == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert plan.num_parameters == sum(p.numel() for p in model.parameters())
+
+
+def test_lora_freezes_the_base_and_adapts_the_encoder_too():
+    full = Plan(Setup(model="t5-small", sequence_length=128, target_length=64))
+    lora = Plan(Setup(model="t5-small", sequence_length=128, target_length=64, finetuning={"method": "lora", "lora": {"r": 8}}))
+    encoder_adapters = [a for a in lora.adapter_slices(lora.stages[0]) if a[0].startswith("encoder.")]
+    assert {a[0] for a in encoder_adapters} == {"encoder.layer.0.SelfAttention.q", "encoder.layer.0.SelfAttention.v"}
+    assert lora.num_trainable_parameters == 8 * (512 + 512) * 2 * (6 + 6 + 6)  # q, v of 6 encoder + 6×2 decoder attentions
+    assert full.num_trainable_parameters == full.num_parameters
