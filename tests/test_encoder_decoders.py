@@ -225,3 +225,20 @@ def test_lora_freezes_the_base_and_adapts_the_encoder_too():
     assert {a[0] for a in encoder_adapters} == {"encoder.layer.0.SelfAttention.q", "encoder.layer.0.SelfAttention.v"}
     assert lora.num_trainable_parameters == 8 * (512 + 512) * 2 * (6 + 6 + 6)  # q, v of 6 encoder + 6×2 decoder attentions
     assert full.num_trainable_parameters == full.num_parameters
+
+
+def test_inference_refuses_encoder_decoders():
+    from trainmem.errors import FieldError
+    from trainmem.inference.kv_cache import layer_cache_shapes
+
+    with pytest.raises(FieldError, match="encoder-decoder"):
+        layer_cache_shapes(architecture_from_hf_config(presets()["t5-small"].config))
+
+
+def test_cli_presets_and_report_count_the_encoder(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert any(line.startswith("flan-t5-base") and "222,903,552" in line for line in out.splitlines())
+    assert main(["estimate", "--preset", "t5-small", "--seq-len", "256", "--target-len", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "6 decoder + 6 encoder layers" in out and "256 tokens → 64 target tokens" in out

@@ -165,6 +165,14 @@ def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return merge_patch(setup, flag_patch(args))
 
 
+def _encoder_numel(arch: Any) -> int:
+    """An encoder-decoder's encoder stack (its Architecture is the decoder's; trainmem.encoder_decoder)."""
+    from .encoder_decoder.stack import encoder_stack
+
+    stack = encoder_stack(arch)
+    return stack.numel if stack is not None else 0
+
+
 def flag_patch(args: argparse.Namespace) -> dict[str, Any]:
     """The setup fields the flags set (a JSON merge patch)."""
     patch: dict[str, Any] = {}
@@ -345,7 +353,7 @@ def _catalog(kind: str, as_json: bool) -> int:
                     "display_name": preset.display_name,
                     "hf_id": preset.hf_id,
                     "model_type": arch.model_type,
-                    "num_parameters": build_inventory(arch).num_parameters,
+                    "num_parameters": build_inventory(arch).num_parameters + _encoder_numel(arch),
                 }
             )
         if as_json:
