@@ -555,3 +555,6 @@ CASES += ENCODER_CASES
 from vision_encoder_corpus_cases import VISION_ENCODER_CASES  # noqa: E402  (ViT, DINOv2, CLIP/SigLIP towers)
 
 CASES += VISION_ENCODER_CASES
+from encoder_decoder_corpus_cases import ENCODER_DECODER_CASES  # noqa: E402  (T5, flan-T5, mT5)
+
+CASES += ENCODER_DECODER_CASES

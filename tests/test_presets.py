@@ -94,7 +94,11 @@ def _decoder_presets() -> list[str]:
     """Presets trained as causal LMs (encoders and their task heads: tests/test_encoders.py)."""
     from trainmem.models import FAMILIES
 
-    return sorted(name for name, p in presets().items() if not getattr(FAMILIES.get(p.config["model_type"]), "tasks", None))
+    return sorted(
+        name for name, p in presets().items()
+        if not getattr(FAMILIES.get(p.config["model_type"]), "tasks", None)
+        and not architecture_from_hf_config(p.config).encoder_layers  # encoder-decoders: tests/test_encoder_decoders.py
+    )
 
 
 @pytest.mark.torch

@@ -56,7 +56,7 @@ class Architecture(FrozenModel):
     mlp_bias: bool = False
     fused_qkv: bool = Field(default=False, description="One projection for Q, K and V (GPT-2 c_attn, Phi-3 qkv_proj).")
     fused_gate_up: bool = Field(default=False, description="One projection for gate and up (Phi-3 gate_up_proj).")
-    position_embedding: Literal["rope", "learned"] = "rope"
+    position_embedding: Literal["rope", "learned", "relative"] = "rope"
     max_position_embeddings: PositiveInt = 2048
     tie_word_embeddings: bool = False
     num_experts: NonNegativeInt = Field(default=0, description="Routed experts per MoE layer; 0 for a dense MLP.")
@@ -226,6 +226,27 @@ class Architecture(FrozenModel):
     layer_scale: bool = Field(default=False, description="DINOv2: each sub-block's output is scaled by a learned vector.")
     mask_token: bool = Field(default=False, description="DINOv2's use_mask_token: a (1, h) parameter masked image modelling reads.")
     pooling_head: bool = Field(default=False, description="SigLIP's vision_use_head: the attention-pooling head.")
+    # ---- encoder-decoders (models/t5.py, trainmem/encoder_decoder/)
+    encoder_layers: NonNegativeInt = Field(
+        default=0,
+        description="An encoder-decoder (T5): layers of the encoder stack that runs before these decoder layers; "
+        "0 for a decoder-only model or an encoder.",
+    )
+    cross_attention: bool = Field(
+        default=False, description="Each layer attends over the encoder's output (an encoder-decoder's decoder)."
+    )
+    relative_attention_num_buckets: NonNegativeInt = Field(
+        default=0, description="T5's relative position bias: buckets of the first layer's bias table; 0 for none."
+    )
+    decoder_output_scale: bool = Field(
+        default=False, description="T5 v1.0 multiplies the decoder output by d_model**-0.5 before the tied lm_head."
+    )
+    max_target_positions: Optional[PositiveInt] = Field(
+        default=None, description="The decoder's longest input where the model has a limit (None: no limit)."
+    )
+    mlp_activation_dropout: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="BART's activation_dropout: dropout between the MLP's activation and fc2."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:

@@ -92,6 +92,10 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("batch and precision")
     run.add_argument("--micro-batch-size", "--mbs", type=int, dest="micro_batch_size")
     run.add_argument("--seq-len", "--sequence-length", type=int, dest="sequence_length")
+    run.add_argument(
+        "--target-len", "--target-length", type=int, dest="target_length",
+        help="encoder-decoders (t5, mt5): the decoder's tokens per sample; --seq-len is then the source length",
+    )
     run.add_argument("--grad-accum", "--gradient-accumulation-steps", type=int, dest="gradient_accumulation_steps")
     run.add_argument("--precision", help="fp32, amp-bf16, bf16-mixed, bf16-master-weights, bf16-pure, ...")
     run.add_argument("--optimizer", help="adamw, adam, sgd, sgd-momentum, adamw-8bit, adafactor, lion, ...")
@@ -161,6 +165,14 @@ def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return merge_patch(setup, flag_patch(args))
 
 
+def _encoder_numel(arch: Any) -> int:
+    """An encoder-decoder's encoder stack (its Architecture is the decoder's; trainmem.encoder_decoder)."""
+    from .encoder_decoder.stack import encoder_stack
+
+    stack = encoder_stack(arch)
+    return stack.numel if stack is not None else 0
+
+
 def flag_patch(args: argparse.Namespace) -> dict[str, Any]:
     """The setup fields the flags set (a JSON merge patch)."""
     patch: dict[str, Any] = {}
@@ -172,6 +184,7 @@ def flag_patch(args: argparse.Namespace) -> dict[str, Any]:
     for name in (
         "micro_batch_size",
         "sequence_length",
+        "target_length",
         "gradient_accumulation_steps",
         "precision",
         "activation_checkpointing",
@@ -340,7 +353,7 @@ def _catalog(kind: str, as_json: bool) -> int:
                     "display_name": preset.display_name,
                     "hf_id": preset.hf_id,
                     "model_type": arch.model_type,
-                    "num_parameters": build_inventory(arch).num_parameters,
+                    "num_parameters": build_inventory(arch).num_parameters + _encoder_numel(arch),
                 }
             )
         if as_json:

@@ -84,6 +84,10 @@ def trace_loss_head(
 
     ``gathered_vocab``: the head's local logits (``vocab_per_rank`` columns) are all-gathered to
     this many columns before the loss (DTensor ``ColwiseParallel(output_layouts=Replicate())``)."""
+    if arch.cross_attention:  # an encoder-decoder's decoder (trainmem.encoder_decoder.ends)
+        from .encoder_decoder.ends import trace_seq2seq_loss_head
+
+        return trace_seq2seq_loss_head(arch, shape, kernels, trainability, vocab_per_rank, parameter_grads_exist)
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     program = _program(arch, shape, kernels, trainability, tape)
     tokens, h = shape.stream_tokens, shape.hidden

@@ -224,6 +224,8 @@ def _resolved(plan: Plan) -> Resolved:
     state_bytes = 1 if plan.optimizer.quantized_state_bits else DTYPE_BYTES[precision.optimizer_state_dtype]
     if arch is not None:
         model = f"{arch.model_type}, {format_count(plan.num_parameters)} parameters, {arch.num_hidden_layers} layers"
+        if arch.encoder_layers:  # an encoder-decoder: the Architecture is the decoder's
+            model = model.removesuffix(" layers") + f" decoder + {arch.encoder_layers} encoder layers"
         if arch.is_moe:
             model += f", {arch.num_experts} experts (top-{arch.num_experts_per_tok})"
         if arch.task != "causal_lm":

@@ -56,6 +56,8 @@ class LayerShape:
     """transformers materialises a 4-D mask for SDPA (a sliding window shorter than the sequence)."""
     packed_row: bool = False
     """The mask is the block-diagonal mask of a packed row (``trainmem.packing``)."""
+    cross_seq: int = 0
+    """Encoder positions a decoder layer's cross-attention attends over (encoder-decoders); 0 for none."""
 
     @property
     def tokens(self) -> int:

@@ -34,6 +34,7 @@ from .setup import Setup, _parse_layer_range
 from .tape import DTYPE_BYTES
 from .training.phases import adjust_inventory
 from .vision import step as vision_step
+from .encoder_decoder.stack import encoder_stack, with_encoder_layers
 from .vision.training import trainable_numel as vision_trainable_numel, vision_slices
 
 @dataclass(frozen=True)
@@ -108,6 +109,12 @@ class Plan:
         self.vision, self.visual_counts = vision_step.of_setup(setup)
         if self.visual_counts is not None:
             self.setup = setup.model_copy(update={"sequence_length": setup.sequence_length + self.visual_counts.tokens})
+        # Encoder-decoders: the encoder is a stack before the decoder path, over sequence_length source tokens;
+        # the decoder path runs over target_length tokens (trainmem.encoder_decoder).
+        self.encoder = encoder_stack(self.architecture)
+        self.source_length = setup.sequence_length
+        if self.encoder is not None:
+            self.setup = self.setup.model_copy(update={"sequence_length": setup.target_length or setup.sequence_length})
 
     def _default_optimizer_implementation(self) -> str:
         """What runs when the setup does not say: DeepSpeed and Megatron-LM ship fused Adam kernels
@@ -168,7 +175,8 @@ class Plan:
         families whose v4 target names PEFT converts (``trainmem.lora_targets``)."""
         if not self.lora or self.inventory is None:
             return None
-        return resolve_lora_targets(self.finetuning.lora, self.family, self.inventory)
+        inventory = self.inventory if self.encoder is None else with_encoder_layers(self.inventory, self.encoder)
+        return resolve_lora_targets(self.finetuning.lora, self.family, inventory)
 
     @cached_property
     def saved_module_tensors(self) -> frozenset[str]:
@@ -307,6 +315,8 @@ class Plan:
                 out += self._saved_module_originals(tensor, 1, False)
         if stage.has_embedding and self.vision is not None:
             out += vision_slices(self.vision, self.setup)
+        if stage.has_embedding and self.encoder is not None:
+            out += [Slice(t, t.numel, count, self.finetuning.method == "full", False, False) for t, count in self.encoder.tensors()]
         frozen = self._frozen_groups[1]
         for kind, group, count in self.stage_layer_groups(stage):
             frozen_layers = sum(1 for i in group.indices if i in frozen and stage.first_layer <= i < stage.stop_layer)
@@ -344,6 +354,10 @@ class Plan:
             for adapter in targets.adapters_of(group):
                 numel = adapter.numel_per_layer(tp, ep)
                 adapters.append((adapter.module, numel, count, kind))
+        if stage.has_embedding and self.encoder is not None:  # the encoder's adapters (kind -1: not a decoder layer)
+            encoder = with_encoder_layers(self.inventory, self.encoder).layer_groups[-1]
+            for adapter in targets.adapters_of(encoder):
+                adapters.append((f"encoder.{adapter.module}", adapter.numel_per_layer(tp, ep), encoder.count, -1))
         return adapters
 
     # ------------------------------------------------------------------ counts
@@ -353,6 +367,7 @@ class Plan:
             model = self.setup.model
             return model.num_parameters  # type: ignore[union-attr]
         vision = self.vision.numel if self.vision is not None else 0
+        vision += self.encoder.numel if self.encoder is not None else 0
         return self.inventory.num_parameters + self.num_adapter_parameters + self.num_saved_module_parameters + vision
 
     @cached_property
@@ -369,13 +384,15 @@ class Plan:
         targets = self.lora_targets
         if targets is None:
             return 0
-        return sum(adapter.numel_per_layer(1, 1) * group.count for group in self.inventory.layer_groups for adapter in targets.adapters_of(group))
+        inventory = self.inventory if self.encoder is None else with_encoder_layers(self.inventory, self.encoder)
+        return sum(adapter.numel_per_layer(1, 1) * group.count for group in inventory.layer_groups for adapter in targets.adapters_of(group))
 
     @cached_property
     def num_trainable_parameters(self) -> int:
         if self.inventory is None:
             return self.num_parameters
         vision = vision_trainable_numel(self.vision, self.setup) if self.vision is not None else 0
+        vision += self.encoder.numel if self.encoder is not None and self.finetuning.method == "full" else 0
         if self.lora:
             return self.num_adapter_parameters + self.num_saved_module_parameters + vision
         inventory = self.inventory

@@ -44,6 +44,7 @@ def render_report(report: Report) -> str:
         f"trainmem {report.trainmem_version} · {resolved.model_description}",
         f"  {report.num_trainable_parameters:,} of {report.num_parameters:,} parameters train · "
         f"micro-batch {setup.micro_batch_size} × {setup.sequence_length} tokens"
+        + (f" → {setup.target_length} target tokens" if setup.target_length is not None else "")
         + (
             f" × {setup.gradient_accumulation_steps} accumulation steps"
             if setup.gradient_accumulation_steps > 1

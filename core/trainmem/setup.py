@@ -804,6 +804,12 @@ class Setup(StrictModel):
     sequence_length: SequenceLength = Field(
         default=2048, description="Tokens per sequence; " + limits.SEQUENCE.describe()
     )
+    target_length: Optional[SequenceLength] = Field(
+        default=None,
+        description="Encoder-decoders (T5, mT5, flan-T5, BART): the decoder's tokens per sample (the labels); "
+        "sequence_length is then the source (encoder) length. Default: sequence_length. Refused for "
+        "decoder-only models and encoders.",
+    )
     gradient_accumulation_steps: AccumulationSteps = Field(default=1, description=limits.ACCUMULATION.describe())
     precision: Precision = "bf16-mixed"
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
@@ -925,6 +931,9 @@ class Setup(StrictModel):
         from .vision.checks import check_vision_setup
 
         check_vision_setup(self)
+        from .encoder_decoder.checks import check_encoder_decoder_setup
+
+        check_encoder_decoder_setup(self, architecture)
         if self.pipeline_and_accumulation_mismatch():
             raise FieldError(
                 "gradient_accumulation_steps",

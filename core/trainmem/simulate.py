@@ -43,6 +43,7 @@ from .training.fused_head import trace_fused_head, trace_score_head
 from . import stacks
 from .vision import step as vision_step
 from .vision.encoders import trace_patch_embedding
+from .encoder_decoder import step as encoder_step
 from .vision.training import VISION_GROUPS
 
 ZERO3_PREFETCH_ELEMENTS = 50_000_000
@@ -115,6 +116,7 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
         attention_mask=_materialised_mask(arch, setup.sequence_length) or packing.packed_mask(setup)
         or padding_mask.padding_mask(setup),
         packed_row=packing.packed_mask(setup) or padding_mask.padding_mask(setup),
+        cross_seq=plan.source_length if arch.cross_attention else 0,
     )
 
 
@@ -220,6 +222,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             if arch.image_size  # a vision encoder (vision/encoders.py)
             else trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
             if arch.bidirectional
+            else encoder_step.trace_seq2seq_embedding(arch, shape, kernels, trainability, grads_exist, tied, False)
+            if arch.cross_attention and arch.embedding_norm  # BART's learned positions and layernorm_embedding
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
     head = None
@@ -581,7 +585,8 @@ def _resident_states(plan: Plan, states: ModelStates, account: MemoryAccount) ->
         "input batch",
         _input_batch_bytes(plan)
         + rounded(packing.position_ids_bytes(setup), plan.device)
-        + rounded(padding_mask.attention_mask_input_bytes(setup), plan.device),
+        + rounded(padding_mask.attention_mask_input_bytes(setup), plan.device)
+        + encoder_step.source_ids_bytes(plan),
         ("token ids (int64), also used as labels" if arch_task(plan) == "causal_lm"
          else "labels (int64)" if arch_task(plan) == "image_classification" else "token ids and labels (int64)")
         + (", and the packed row's position_ids" if setup.batch == "packed" else "")
@@ -619,6 +624,8 @@ def _buffer_bytes(plan: Plan) -> int:
     total = rounded(element, plan.device) if arch.embedding_scale_buffer else 0
     if arch.position_embedding == "rope":
         total += arch.rope_sets * 2 * rounded((arch.rotary_dim // 2) * element, plan.device)
+    if getattr(plan.family, "final_logits_bias", False):  # BART's (1, V) final_logits_bias buffer
+        total += rounded(arch.vocab_size * element, plan.device)
     return total + encoder_buffer_bytes(arch, plan.device)
 
 
@@ -764,6 +771,7 @@ def _micro_batch(
     # ---- forward
     embedding = traces.embedding
     if embedding is not None:
+        encoder_step.forward(plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist)
         account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")
         account.add("activations", saved_name, embedding.saved_activation_bytes)
         account.add("parameters", copies_name, embedding.saved_weight_copy_bytes)  # a patch conv's cast weight
@@ -935,6 +943,7 @@ def _micro_batch(
         account.set("activations", "embedding output", 0)
         account.set("parameters", "autocast cache", 0)
     account.set("activations", "activation gradient", stream, "the gradient flowing back between layers")
+    encoder_step.start_backward(plan, account, _kernels(plan, False))
 
     # ---- backward through the layers, last first
     for run_index in reversed(range(len(traces.runs))):
@@ -1008,6 +1017,10 @@ def _micro_batch(
                 _stored(plan, states.gradients_embedding, embedding.parameter_grad_bytes + pending),
             )
         account.set("activations", "pending tied-embedding gradient", 0)
+        encoder_step.backward(
+            plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist,
+            lambda produced: _stored(plan, produced // plan.sharding.gradients, produced),
+        )
     account.set("activations", saved_name, 0)
     account.set("activations", "rotary cos/sin", 0)
     if packing.packed_mask(plan.setup):

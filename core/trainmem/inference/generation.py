@@ -75,6 +75,8 @@ class GenerationPhase:
 
 
 def _check_lengths(arch: Architecture, batch_size: Any, prompt_tokens: Any, completion_tokens: Any) -> None:
+    if arch.cross_attention:
+        raise FieldError("model", f"generation with an encoder-decoder ({arch.model_type}) is not modelled yet")
     for name, value in (("batch_size", batch_size), ("prompt_tokens", prompt_tokens), ("completion_tokens", completion_tokens)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise FieldError(name, f"must be an integer, got {type(value).__name__}")

@@ -139,6 +139,12 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     architecture = setup.architecture()
     model_class, extra = AutoModelForCausalLM, {}
+    if architecture is not None and architecture.encoder_layers:  # an encoder-decoder (measure/seq2seq.py)
+        from transformers import AutoModelForSeq2SeqLM
+
+        model_class = AutoModelForSeq2SeqLM
+        if getattr(config, "decoder_start_token_id", None) is None:  # _shift_right needs it; T5 checkpoints set 0
+            config.decoder_start_token_id = 0
     if architecture is not None and architecture.task != "causal_lm":  # an encoder's task head (measure/tasks.py)
         from . import tasks
 
@@ -177,7 +183,7 @@ def _add_lora(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
         r=lora.r,
         target_modules=target,
         lora_dropout=lora.lora_dropout,
-        task_type=_peft_task_type(setup),
+        task_type="SEQ_2_SEQ_LM" if getattr(model.config, "is_encoder_decoder", False) else _peft_task_type(setup),
         modules_to_save=list(lora.modules_to_save) or None,
         use_dora=lora.use_dora,
     )

@@ -205,6 +205,14 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
         step.forward_kwargs.update(extra)
         return _Run(model, trainable, optimizer, step)
     architecture = setup.architecture()
+    if architecture is not None and architecture.encoder_layers:  # an encoder-decoder (measure/seq2seq.py)
+        from .seq2seq import Seq2SeqBatch
+
+        target = setup.target_length or setup.sequence_length
+        seq2seq_batch = Seq2SeqBatch(setup.micro_batch_size, setup.sequence_length, target, vocab_size, device)
+        step = TrainingStep(setup, model, optimizer.optimizer, seq2seq_batch.input_ids)
+        step.task_batch = seq2seq_batch
+        return _Run(model, trainable, optimizer, step)
     if architecture is not None and architecture.task != "causal_lm":  # an encoder's task (measure/tasks.py)
         from .tasks import TaskBatch
 

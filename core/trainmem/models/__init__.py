@@ -44,6 +44,8 @@ from .qwen3_next import Qwen3Next
 from .roberta import Roberta, XLMRoberta
 from .starcoder2 import Starcoder2
 from .vision_encoders import VISION_ENCODER_FAMILIES
+from .t5 import MT5, T5
+from .bart import Bart
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     GPT2,
@@ -75,6 +77,9 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     DistilBert,
     ModernBert,
     *VISION_ENCODER_FAMILIES,
+    T5,
+    MT5,
+    Bart,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
