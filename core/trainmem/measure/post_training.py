@@ -96,30 +96,6 @@ class PreferenceStep(TrainingStep):
                 tracker.register(tensor, ROLE_PARAMETER, op="(reference buffer)")
         tracker.register(self.precomputed, "input", op="(precomputed reference log-probs)")
 
-    def run(self, tracker=None) -> None:
-        self.tracker = tracker
-        accumulation = self.setup.gradient_accumulation_steps
-        with self._attention_context():
-            for micro_batch in range(1, accumulation + 1):
-                self.micro_batch = micro_batch
-                self.in_backward = False
-                self._mark("forward", "forward embeddings")
-                with self._autocast_context():
-                    loss = self._loss()
-                self.in_backward = True
-                self._mark("backward", "backward head")
-                self.backward(loss, accumulation)
-                del loss
-                self._snapshot_gradients()
-            self.in_backward = False
-            self.micro_batch = 0
-            self._mark("optimizer", "optimizer")
-            self.optimizer_step()
-            self._snapshot_optimizer_state()
-            self._mark("zero_grad", "zero_grad")
-            self.zero_grad()
-        self.tracker = None
-
     def _loss(self) -> torch.Tensor:
         ids = self.batch
         outputs = self.forward_module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True)
@@ -166,32 +142,10 @@ class RewardStep(TrainingStep):
         layers[0].register_forward_pre_hook(self._backward_marker_on_input("backward embeddings"), with_kwargs=True)
         final_norm(self.model).register_forward_pre_hook(lambda module, args: self._forward_mark_if_forward("loss", "loss"))
 
-    def run(self, tracker=None) -> None:
-        self.tracker = tracker
-        accumulation = self.setup.gradient_accumulation_steps
-        with self._attention_context():
-            for micro_batch in range(1, accumulation + 1):
-                self.micro_batch = micro_batch
-                self.in_backward = False
-                self._mark("forward", "forward embeddings")
-                with self._autocast_context():
-                    outputs = self.forward_module(input_ids=self.batch, use_cache=False)
-                    chosen, rejected = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
-                    loss = -F.logsigmoid(chosen - rejected).mean()
-                    del outputs, chosen, rejected
-                self.in_backward = True
-                self._mark("backward", "backward head")
-                self.backward(loss, accumulation)
-                del loss
-                self._snapshot_gradients()
-            self.in_backward = False
-            self.micro_batch = 0
-            self._mark("optimizer", "optimizer")
-            self.optimizer_step()
-            self._snapshot_optimizer_state()
-            self._mark("zero_grad", "zero_grad")
-            self.zero_grad()
-        self.tracker = None
+    def _loss(self) -> torch.Tensor:
+        outputs = self.forward_module(input_ids=self.batch, use_cache=False)
+        chosen, rejected = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
+        return -F.logsigmoid(chosen - rejected).mean()
 
 
 class GKDStep(PreferenceStep):
