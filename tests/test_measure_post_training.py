@@ -35,10 +35,12 @@ def setup(training, **fields):
         ({"mode": "dpo"}, {}),
         ({"mode": "dpo", "precompute_ref_log_probs": True}, {}),
         ({"mode": "dpo"}, {"finetuning": {"method": "lora", "lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]}}}),
+        ({"mode": "kto"}, {}),
+        ({"mode": "kto", "loss_type": "apo_zero_unpaired"}, {}),
         ({"mode": "reward"}, {}),
         ({"mode": "grpo", "num_generations": 2, "max_prompt_length": 16, "max_completion_length": 8, "beta": 0.04}, {}),
     ],
-    ids=["dpo-copy", "dpo-precomputed", "dpo-peft", "reward", "grpo"],
+    ids=["dpo-copy", "dpo-precomputed", "dpo-peft", "kto", "kto-apo", "reward", "grpo"],
 )
 def test_the_prediction_matches_the_measured_step(training, fields):
     case = setup(training, **fields)

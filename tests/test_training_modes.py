@@ -204,3 +204,23 @@ def test_gkd_holds_a_teacher_and_runs_its_forward_before_the_loss():
     with pytest.raises(ValueError) as caught:
         Setup.model_validate(small(training={"mode": "gkd", "teacher": "llama-3-8b"}))
     assert one_line(caught.value).startswith("training.teacher: ")
+
+
+def test_kto_runs_the_kl_batch_under_no_grad_before_the_policy_forward():
+    report = trainmem.estimate(small(training={"mode": "kto"}), suggestions=False)
+    timeline = report.timeline
+    index = timeline.labels.index("KL forward")
+    assert timeline.phases[index] == "reference" and timeline.phases[index + 1] == "forward"
+    assert "reference" in timeline.phases[timeline.phases.index("loss"):]  # the reference's KL and batch passes
+    assert parts(report)[("activations", "KL batch ids")] == 2 * 256 * 8
+    apo = trainmem.estimate(small(training={"mode": "kto", "loss_type": "apo_zero_unpaired"}), suggestions=False)
+    assert "KL forward" not in apo.timeline.labels
+    assert ("activations", "KL batch ids") not in parts(apo)
+    assert not any("KL batch" in warning for warning in report.warnings)
+
+
+def test_kto_with_a_kl_term_needs_two_examples_per_micro_batch():
+    with pytest.raises(ValueError) as caught:
+        trainmem.estimate(small(micro_batch_size=1, training={"mode": "kto"}), suggestions=False)
+    assert one_line(caught.value).startswith("micro_batch_size: ")
+    trainmem.estimate(small(micro_batch_size=1, training={"mode": "kto", "loss_type": "apo_zero_unpaired"}), suggestions=False)

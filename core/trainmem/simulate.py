@@ -734,6 +734,7 @@ def _micro_batch(
         )
 
     # ---- forward
+    training_phases.record_before_forward(plan, account, micro_batch, suffix)
     embedding = traces.embedding
     if embedding is not None:
         account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")

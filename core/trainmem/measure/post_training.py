@@ -33,7 +33,7 @@ from ..setup import Setup
 from .events import ROLE_PARAMETER
 from .step import TrainingStep
 
-SUPPORTED_MODES = ("dpo", "reward", "gkd", "grpo", "rloo")
+SUPPORTED_MODES = ("dpo", "kto", "reward", "gkd", "grpo", "rloo")
 DPO_POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
 
 
@@ -62,7 +62,9 @@ def add_fused_heads(setup: Setup, model: torch.nn.Module, reference: Optional[to
 
     from .hf_model import base_model
 
-    outputs = DPO_POLICY_OUTPUTS if setup.training.mode == "dpo" else ("log_probs", "entropy")
+    from ..training.kto import KTO_POLICY_OUTPUTS
+
+    outputs = {"dpo": DPO_POLICY_OUTPUTS, "kto": KTO_POLICY_OUTPUTS}.get(setup.training.mode, ("log_probs", "entropy"))
     add_fused_lm_head(base_model(model), outputs=outputs)
     if reference is not None:
         add_fused_lm_head(reference)
@@ -126,6 +128,90 @@ class PreferenceStep(TrainingStep):
         if self.reference is None and hasattr(self.model, "disable_adapter"):
             return self.model.disable_adapter()
         return contextlib.nullcontext()
+
+
+class KTOStep(PreferenceStep):
+    """KTOTrainer._compute_loss (TRL 1.16): the policy's no-grad forward of the KL batch, the policy's forward,
+    the reference's KL forward and forward under no_grad (unless precomputed), the KTO loss and its metrics.
+
+    The batch is every example's tokens as completion (labels = input ids, as the DPO step); the KL batch is
+    the collator's ``KL_input_ids``, each prompt with the neighbouring completion (here the batch's rows
+    rolled by one). The first half of the rows are desirable (``label`` True). ``torch.nonzero(label)`` is
+    replaced by the same int64 indices built from the known split, so that fake tensors run it too."""
+
+    def __init__(self, setup: Setup, model, optimizer, batch, reference: Optional[torch.nn.Module]):
+        super().__init__(setup, model, optimizer, batch, reference)
+        from ..training.kto import calculates_kl
+
+        rows = batch.shape[0]
+        self.kl_batch = torch.roll(batch, 1, dims=0) if calculates_kl(setup) else None
+        self.labels = torch.arange(rows, device=batch.device) < (rows + 1) // 2
+        self.chosen = (rows + 1) // 2
+        self.precomputed_kl = torch.zeros(rows, device=batch.device)
+
+    def register_existing(self, tracker) -> None:
+        super().register_existing(tracker)
+        if self.kl_batch is not None:
+            tracker.register(self.kl_batch, "input", op="(KL batch)")
+        tracker.register(self.labels, "input", op="(labels)")
+        tracker.register(self.precomputed_kl, "input", op="(precomputed reference KL log-probs)")
+
+    def _forward_mark_if_forward(self, phase: str, label: str) -> None:
+        if not self.in_reference:  # the policy's KL pass fires the layer hooks too
+            super()._forward_mark_if_forward(phase, label)
+
+    def _kl_logps(self, module: torch.nn.Module) -> Optional[torch.Tensor]:
+        if self.kl_batch is None:
+            return None
+        ids = self.kl_batch
+        with torch.no_grad():
+            log_probs = module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True).log_probs
+        return log_probs[:, -(ids.size(1) - 1) :].sum(-1)
+
+    def _loss(self) -> torch.Tensor:
+        ids = self.batch
+        device = ids.device
+        self._mark("forward", "KL forward")
+        self.in_reference = True
+        kl_logps = self._kl_logps(self.forward_module)
+        self.in_reference = False
+        self._mark("forward", "forward embeddings")
+        outputs = self.forward_module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True)
+        seq_len = ids.size(1) - 1
+        completion_logps = outputs.log_probs[:, -seq_len:].sum(-1)
+        rows = ids.shape[0]
+        chosen_idx = torch.arange(0, self.chosen, device=device)  # torch.nonzero(label)
+        rejected_idx = torch.arange(self.chosen, rows, device=device)
+        chosen_logps = completion_logps.index_select(0, chosen_idx)
+        rejected_logps = completion_logps.index_select(0, rejected_idx)
+        if self.reference_pass:
+            self._mark("forward", "reference forward")
+            self.in_reference = True
+            with torch.no_grad(), self._reference_context():
+                module = self.reference if self.reference is not None else self.forward_module
+                ref_kl_logps = self._kl_logps(module)
+                ref_outputs = module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True)
+            self.in_reference = False
+            ref_logps = ref_outputs.log_probs[:, -seq_len:].sum(-1)
+            del ref_outputs
+        else:
+            ref_logps = self.precomputed
+            ref_kl_logps = self.precomputed_kl if kl_logps is not None else None
+        ref_chosen = ref_logps.index_select(0, chosen_idx)
+        ref_rejected = ref_logps.index_select(0, rejected_idx)
+        if kl_logps is not None:
+            kl = (kl_logps - ref_kl_logps).mean().detach().clamp(min=0)
+            chosen_losses = 1 - F.sigmoid(self.beta * ((chosen_logps - ref_chosen) - kl))
+            rejected_losses = 1 - F.sigmoid(self.beta * (kl - (rejected_logps - ref_rejected)))
+        else:  # apo_zero_unpaired
+            chosen_losses = 1 - F.sigmoid(self.beta * (chosen_logps - ref_chosen))
+            rejected_losses = F.sigmoid(self.beta * (rejected_logps - ref_rejected))
+        losses = torch.cat((1.0 * chosen_losses, 1.0 * rejected_losses), 0)
+        with torch.no_grad():  # the metrics TRL logs (small reductions)
+            outputs.entropy[:, -seq_len:].detach().sum()
+            outputs.mean_logits[:, -seq_len:].sum()
+        del outputs
+        return losses.nanmean()
 
 
 class RewardStep(TrainingStep):
@@ -233,4 +319,6 @@ def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Modu
         return RewardStep(setup, model, optimizer, batch)
     if setup.training.mode == "gkd":
         return GKDStep(setup, model, optimizer, batch, reference)
+    if setup.training.mode == "kto":
+        return KTOStep(setup, model, optimizer, batch, reference)
     return PreferenceStep(setup, model, optimizer, batch, reference)
