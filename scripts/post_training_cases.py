@@ -57,6 +57,17 @@ def post_training_cases(case: Any, models: dict[str, Any]) -> list[dict[str, Any
         trl_case("trl-kto-llama14m-ampbf16-b4-s256-fake", LLAMA_14M, {"mode": "kto"}, batch=4, seq=256,
                  precision="amp-bf16", fake=True,
                  description="KTO under autocast on fake tensors: the KL batch of 4 examples."),
+        trl_case("trl-orpo-llama14m-fp32-b2-s256", LLAMA_14M, {"mode": "orpo"}, batch=2, seq=256,
+                 description="ORPO: the full fp32 logits kept by selective_log_softmax (gather, row-wise "
+                             "logsumexp), the chosen half's NLL; three logits-sized gradients in backward."),
+        trl_case("trl-cpo-llama14m-ampbf16-b2-s256", LLAMA_14M, {"mode": "cpo"}, batch=2, seq=256,
+                 precision="amp-bf16",
+                 description="CPO under autocast: bf16 logits, row-wise log_softmax in bf16 (CPU autocast), the "
+                             "NLL's cross-entropy in fp32."),
+        trl_case("trl-simpo-llama14m-bf16-b2-s256-fake", LLAMA_14M, {"mode": "simpo"}, batch=2, seq=256,
+                 precision="bf16-pure", fake=True,
+                 description="SimPO (CPOTrainer) in bf16 on fake tensors: the out-of-place sum of the two logits "
+                             "gradients peaks."),
         trl_case("trl-reward-llama14m-fp32-b2-s256", LLAMA_14M, {"mode": "reward"}, batch=2, seq=256,
                  description="Reward model: score head (hidden → 1) instead of lm_head; the optimizer step peaks."),
         trl_case("trl-reward-llama14m-ampbf16-b4-s1024", LLAMA_14M, {"mode": "reward"}, batch=4, seq=1024,

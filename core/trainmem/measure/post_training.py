@@ -33,7 +33,7 @@ from ..setup import Setup
 from .events import ROLE_PARAMETER
 from .step import TrainingStep
 
-SUPPORTED_MODES = ("dpo", "kto", "reward", "gkd", "grpo", "rloo")
+SUPPORTED_MODES = ("dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo")
 DPO_POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
 
 
@@ -214,6 +214,80 @@ class KTOStep(PreferenceStep):
         return losses.nanmean()
 
 
+class OddsRatioStep(TrainingStep):
+    """ORPOTrainer / CPOTrainer ``concatenated_forward`` and loss (trl.experimental, TRL 1.16): the full logits of
+    chosen+rejected rows (``model(input_ids).logits``, no labels), the NLL of the chosen half
+    (``cross_entropy_loss``: ``logits[..., :-1, :].contiguous()``), the per-row log-probs of every row with the
+    trainer's own ``get_batch_logps`` (``selective_log_softmax`` over the logits), the odds-ratio (ORPO) or
+    sigmoid/SimPO (CPO) loss and the metrics' means of the logits. Every token is a completion token (labels =
+    input ids; ORPO's ``torch.where(attention_mask == 1, ...)`` runs on an all-ones mask)."""
+
+    def __init__(self, setup: Setup, model, optimizer, batch):
+        super().__init__(setup, model, optimizer, batch)
+        self.attention_mask = torch.ones_like(batch)
+        training = setup.training
+        self.beta = float(training.resolved("beta"))
+        self.mode = training.mode
+
+    def register_existing(self, tracker) -> None:
+        super().register_existing(tracker)
+        tracker.register(self.attention_mask, "input", op="(attention mask)")
+
+    def _loss(self) -> torch.Tensor:
+        import os
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        import torch.nn as nn
+
+        if self.mode == "orpo":
+            from trl.experimental.orpo import ORPOTrainer as Trainer
+        else:
+            from trl.experimental.cpo import CPOTrainer as Trainer
+        ids, mask = self.batch, self.attention_mask
+        chosen_rows = ids.shape[0] // 2
+        # An all-ones mask lets transformers take SDPA's is_causal path (masking_utils _ignore_causal_mask_sdpa
+        # reads it); fake tensors cannot be read, so there the mask is left out to take the same path.
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        forward_mask = None if isinstance(mask, FakeTensor) else mask
+        outputs = self.forward_module(ids, attention_mask=forward_mask, use_cache=False)
+        all_logits = outputs.logits
+
+        def cross_entropy_loss(logits, labels):
+            logits = logits[..., :-1, :].contiguous()
+            labels = labels[..., 1:].contiguous()
+            logits = logits.view(-1, logits.shape[-1])
+            labels = labels.view(-1)
+            return nn.CrossEntropyLoss()(logits, labels.to(logits.device))
+
+        if self.mode == "orpo":
+            labels = torch.where(mask == 1, ids.clone(), -100)
+        else:
+            labels = ids.clone()
+        nll_loss = cross_entropy_loss(all_logits[:chosen_rows], labels[:chosen_rows])
+        average = self.mode in ("orpo", "simpo")
+        all_logps = Trainer.get_batch_logps(all_logits, ids, average_log_prob=average)
+        chosen_logps, rejected_logps = all_logps[:chosen_rows], all_logps[chosen_rows:]
+        if self.mode == "orpo":
+            chosen, rejected = chosen_logps.float(), rejected_logps.float()
+            from trl.experimental.orpo.orpo_trainer import log1mexp
+
+            log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected))
+            loss = nll_loss - (self.beta * F.logsigmoid(log_odds)).mean()
+            chosen_logits, rejected_logits = all_logits[:chosen_rows, :-1, :], all_logits[chosen_rows:, :-1, :]
+        else:
+            margin = self.beta * (chosen_logps - rejected_logps)
+            if self.mode == "simpo":
+                margin = margin - 0.5  # simpo_gamma
+            loss = (-F.logsigmoid(margin)).mean() + 1.0 * nll_loss  # cpo_alpha 1.0
+            chosen_logits, rejected_logits = all_logits[:chosen_rows], all_logits[chosen_rows:]
+        with torch.no_grad():  # the metrics TRL logs
+            chosen_logits.detach().mean()
+            rejected_logits.detach().mean()
+        del outputs, all_logits, chosen_logits, rejected_logits
+        return loss
+
+
 class RewardStep(TrainingStep):
     """RewardTrainer's step: ``logits = model(input_ids).logits`` (one score per row, the last token's),
     ``-logsigmoid(chosen − rejected).mean()``, backward (TRL 1.16 ``RewardTrainer.compute_loss``)."""
@@ -307,7 +381,7 @@ def build_reference(setup: Setup, fake: bool, device: torch.device) -> Optional[
 def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Module, optimizer, vocab_size: int):
     """The step of a post-training mode over an already built policy and optimizer."""
     reference = build_reference(setup, fake, device)
-    if setup.training.mode not in ("reward", "gkd"):
+    if setup.training.mode not in ("reward", "gkd", "orpo", "cpo", "simpo"):
         add_fused_heads(setup, model, reference)
     rows, tokens = batch_shape(setup)
     batch = torch.randint(0, vocab_size, (rows, tokens), device=device)
@@ -319,6 +393,8 @@ def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Modu
         return RewardStep(setup, model, optimizer, batch)
     if setup.training.mode == "gkd":
         return GKDStep(setup, model, optimizer, batch, reference)
+    if setup.training.mode in ("orpo", "cpo", "simpo"):
+        return OddsRatioStep(setup, model, optimizer, batch)
     if setup.training.mode == "kto":
         return KTOStep(setup, model, optimizer, batch, reference)
     return PreferenceStep(setup, model, optimizer, batch, reference)

@@ -55,8 +55,8 @@ def effective_setup(setup: "Setup") -> "Setup":
 
 FUSED_HEAD_MODES = ("dpo", "kto", "grpo", "rloo")
 """Trainers that call ``add_fused_lm_head`` (trl/trainer/dpo_trainer.py, kto_trainer.py, grpo_trainer.py, rloo_trainer.py). The
-experimental ORPO/CPO/GKD trainers take ``outputs.logits`` whole (selective_log_softmax, log_softmax): the
-supervised head is their closer model."""
+experimental ORPO/CPO/GKD trainers take ``outputs.logits`` whole: their heads are :mod:`.odds_ratio` and
+:mod:`.distillation`."""
 
 
 def uses_fused_head(plan: "Plan") -> bool:
@@ -264,6 +264,11 @@ def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch
         )
     elif plan.setup.training.mode == "reward":
         account.details[("activations", "saved by the loss head")] = "the final norm's tensors and the score head's input"
+    elif plan.setup.training.mode in ("orpo", "cpo", "simpo"):
+        account.details[("activations", "saved by the loss head")] = (
+            "the full logits (kept by selective_log_softmax's gather and logsumexp, or its per-row log-softmax) and "
+            "the chosen half's log-softmax of the NLL term (training.odds_ratio)"
+        )
     if plan.setup.training.is_rl:
         return
     nbytes = reference_forward_bytes(plan)
@@ -274,9 +279,6 @@ def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch
 
 
 NOT_MODELLED = {
-    "orpo": "ORPO's selective_log_softmax over the full logits (after the NLL term) is not modelled yet.",
-    "cpo": "CPO's selective_log_softmax over the full logits is not modelled yet.",
-    "simpo": "SimPO (CPOTrainer)'s selective_log_softmax over the full logits is not modelled yet.",
     "gkd": "GKD's on-policy batches (lmbda: the student generates) are not modelled; the teacher is held in the "
     "student's weight dtype (an assumption).",
 }
