@@ -38,6 +38,10 @@ def post_training_cases(case: Any, models: dict[str, Any]) -> list[dict[str, Any
         trl_case("trl-gkd-llama14m-fp32-b1-s128", LLAMA_14M, {"mode": "gkd"}, batch=1, seq=128,
                  description="GKD: a teacher copy, its forward next to the student's logits, the generalized JSD "
                              "over the vocabulary (TRL's generalized_jsd_loss)."),
+        trl_case("trl-gkd-llama14m-ampbf16-b2-s256", LLAMA_14M, {"mode": "gkd"}, batch=2, seq=256,
+                 precision="amp-bf16",
+                 description="GKD under CPU autocast: bf16 logits and log_softmax, the generalized JSD's kl_div in "
+                             "fp32 (CPU autocast's fp32 list) from fp32 copies of its inputs."),
         trl_case("trl-grpo-llama14m-fp32-beta0-g2-b2-p64-c32", LLAMA_14M,
                  {"mode": "grpo", "num_generations": 2, "max_prompt_length": 64, "max_completion_length": 32},
                  batch=2, seq=128, description="GRPO, beta 0 (TRL's default): no reference; generate, then train."),
