@@ -38,6 +38,10 @@ def post_training_cases(case: Any, models: dict[str, Any]) -> list[dict[str, Any
         trl_case("trl-gkd-llama14m-fp32-b1-s128", LLAMA_14M, {"mode": "gkd"}, batch=1, seq=128,
                  description="GKD: a teacher copy, its forward next to the student's logits, the generalized JSD "
                              "over the vocabulary (TRL's generalized_jsd_loss)."),
+        trl_case("trl-gkd-llama14m-ampbf16-b2-s256", LLAMA_14M, {"mode": "gkd"}, batch=2, seq=256,
+                 precision="amp-bf16",
+                 description="GKD under CPU autocast: bf16 logits and log_softmax, the generalized JSD's kl_div in "
+                             "fp32 (CPU autocast's fp32 list) from fp32 copies of its inputs."),
         trl_case("trl-grpo-llama14m-fp32-beta0-g2-b2-p64-c32", LLAMA_14M,
                  {"mode": "grpo", "num_generations": 2, "max_prompt_length": 64, "max_completion_length": 32},
                  batch=2, seq=128, description="GRPO, beta 0 (TRL's default): no reference; generate, then train."),
@@ -48,6 +52,26 @@ def post_training_cases(case: Any, models: dict[str, Any]) -> list[dict[str, Any
         trl_case("trl-grpo-llama14m-fp32-beta0-g8-b8-p32-c32", LLAMA_14M,
                  {"mode": "grpo", "num_generations": 8, "max_prompt_length": 32, "max_completion_length": 32},
                  batch=8, seq=128, description="GRPO, 8 generations per prompt, 8 completions per micro-batch."),
+        trl_case("trl-kto-llama14m-fp32-b2-s256", LLAMA_14M, {"mode": "kto"}, batch=2, seq=256,
+                 description="KTO: the policy's no-grad forward of the KL batch (mismatched completions), then its "
+                             "forward, the reference's KL and batch forwards under no_grad (KTOTrainer)."),
+        trl_case("trl-kto-llama14m-lora-b2-s256", LLAMA_14M, {"mode": "kto"}, batch=2, seq=256,
+                 lora={"r": 8, "target_modules": LLAMA_ATTENTION},
+                 description="KTO with LoRA: the reference passes run the base with adapters disabled (no copy)."),
+        trl_case("trl-kto-llama14m-ampbf16-b4-s256-fake", LLAMA_14M, {"mode": "kto"}, batch=4, seq=256,
+                 precision="amp-bf16", fake=True,
+                 description="KTO under autocast on fake tensors: the KL batch of 4 examples."),
+        trl_case("trl-orpo-llama14m-fp32-b2-s256", LLAMA_14M, {"mode": "orpo"}, batch=2, seq=256,
+                 description="ORPO: the full fp32 logits kept by selective_log_softmax (gather, row-wise "
+                             "logsumexp), the chosen half's NLL; three logits-sized gradients in backward."),
+        trl_case("trl-cpo-llama14m-ampbf16-b2-s256", LLAMA_14M, {"mode": "cpo"}, batch=2, seq=256,
+                 precision="amp-bf16",
+                 description="CPO under autocast: bf16 logits, row-wise log_softmax in bf16 (CPU autocast), the "
+                             "NLL's cross-entropy in fp32."),
+        trl_case("trl-simpo-llama14m-bf16-b2-s256-fake", LLAMA_14M, {"mode": "simpo"}, batch=2, seq=256,
+                 precision="bf16-pure", fake=True,
+                 description="SimPO (CPOTrainer) in bf16 on fake tensors: the out-of-place sum of the two logits "
+                             "gradients peaks."),
         trl_case("trl-reward-llama14m-fp32-b2-s256", LLAMA_14M, {"mode": "reward"}, batch=2, seq=256,
                  description="Reward model: score head (hidden → 1) instead of lm_head; the optimizer step peaks."),
         trl_case("trl-reward-llama14m-ampbf16-b4-s1024", LLAMA_14M, {"mode": "reward"}, batch=4, seq=1024,

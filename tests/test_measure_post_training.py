@@ -35,10 +35,15 @@ def setup(training, **fields):
         ({"mode": "dpo"}, {}),
         ({"mode": "dpo", "precompute_ref_log_probs": True}, {}),
         ({"mode": "dpo"}, {"finetuning": {"method": "lora", "lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]}}}),
+        ({"mode": "kto"}, {}),
+        ({"mode": "kto", "loss_type": "apo_zero_unpaired"}, {}),
+        ({"mode": "orpo"}, {}),
+        ({"mode": "cpo"}, {"precision": "amp-bf16"}),
+        ({"mode": "simpo"}, {"precision": "bf16-pure"}),
         ({"mode": "reward"}, {}),
         ({"mode": "grpo", "num_generations": 2, "max_prompt_length": 16, "max_completion_length": 8, "beta": 0.04}, {}),
     ],
-    ids=["dpo-copy", "dpo-precomputed", "dpo-peft", "reward", "grpo"],
+    ids=["dpo-copy", "dpo-precomputed", "dpo-peft", "kto", "kto-apo", "orpo", "cpo-amp", "simpo-bf16", "reward", "grpo"],
 )
 def test_the_prediction_matches_the_measured_step(training, fields):
     case = setup(training, **fields)
@@ -53,3 +58,8 @@ def test_fake_and_real_dpo_steps_count_the_same_bytes():
     real = measure(setup({"mode": "dpo"}), fake=False)
     fake = measure(setup({"mode": "dpo"}), fake=True)
     assert real.peak_allocated_bytes == fake.peak_allocated_bytes
+
+
+def test_fake_and_real_odds_ratio_steps_count_the_same_bytes():
+    case = setup({"mode": "cpo"}, precision="amp-bf16")
+    assert measure(case, fake=False).peak_allocated_bytes == measure(case, fake=True).peak_allocated_bytes

@@ -93,3 +93,38 @@ def test_layer_input_gradient_is_one_stream_tensor():
     kernels = LayerKernels(device="cuda", autocast=None, weight_dtype="fp32", stream_dtype="fp32", attention="fused")
     trace = trace_layer(arch, shape, kernels, Trainability(lambda m: True, lambda m: False), True)
     assert trace.input_grad_bytes == 16 * 64 * 4
+
+
+@pytest.mark.torch
+def test_the_cpu_autocast_lists_follow_torch():
+    """Probe CPU autocast (torch 2.13) on bf16 inputs: the tape's CPU fp32 list names ops torch runs in fp32, and
+    the ops it leaves out (log_softmax, logsumexp, exp, sum, pow, rsqrt) stay in bf16."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from trainmem.tape import AUTOCAST_FP32, AUTOCAST_LOW
+
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    target = torch.randn(4, 8, dtype=torch.bfloat16)
+    labels = torch.randint(0, 8, (4,))
+    ops = {
+        "nll_loss": lambda: F.nll_loss(x, labels),
+        "cross_entropy": lambda: F.cross_entropy(x, labels),
+        "kl_div": lambda: F.kl_div(x, target, reduction="none", log_target=True),
+        "log_softmax": lambda: F.log_softmax(x, -1),
+        "logsumexp": lambda: torch.logsumexp(x, -1),
+        "exp": lambda: torch.exp(x),
+        "sum": lambda: x.sum(),
+        "pow": lambda: x.pow(2),
+        "rsqrt": lambda: torch.rsqrt(x),
+        "mm": lambda: x.float() @ x.float().T,
+    }
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dtypes = {name: op().dtype for name, op in ops.items()}
+    for name, dtype in dtypes.items():
+        if name in AUTOCAST_FP32["cpu"]:
+            assert dtype == torch.float32, name
+        elif name in AUTOCAST_LOW["cpu"]:
+            assert dtype == torch.bfloat16, name
+        else:
+            assert dtype == torch.bfloat16, name  # left alone: the input's dtype

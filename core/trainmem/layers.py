@@ -131,6 +131,10 @@ class LayerProgram:
         tape = self.tape
         x32 = tape.to(x, "fp32")
         squared = tape.unary_saving_input("pow", x32)
+        # PowBackward0 (torch/csrc/autograd/FunctionsManual.cpp pow_backward): grad * (2 * x.pow(1)), two
+        # temporaries of x's size besides the gradient it returns
+        if tape.nodes and any(output is squared for output in tape.nodes[-1].outputs):
+            tape.nodes[-1].extra_backward_bytes = 2 * x32.nbytes
         variance = tape.reduce(squared, rows)
         tape.release(squared)
         shifted = tape.scale(variance)

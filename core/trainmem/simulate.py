@@ -40,6 +40,7 @@ from .timeline import MemoryAccount
 from .training import phases as training_phases
 from .training.distillation import trace_gkd_head
 from .training.fused_head import trace_fused_head, trace_score_head
+from .training.odds_ratio import ODDS_RATIO_MODES, trace_odds_ratio_head
 from . import stacks
 from .vision import step as vision_step
 from .vision.encoders import trace_patch_embedding
@@ -238,6 +239,11 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         elif plan.setup.training.mode == "gkd":
             head = _cached(
                 ("gkd_head", key, vocab), lambda: trace_gkd_head(arch, shape, kernels, trainability, vocab, grads_exist)
+            )
+        elif plan.setup.training.mode in ODDS_RATIO_MODES:
+            head = _cached(
+                ("odds_ratio_head", key, vocab),
+                lambda: trace_odds_ratio_head(arch, shape, kernels, trainability, vocab, grads_exist),
             )
         elif plan.setup.training.mode == "reward":
             head = _cached(
@@ -769,6 +775,7 @@ def _micro_batch(
         )
 
     # ---- forward
+    training_phases.record_before_forward(plan, account, micro_batch, suffix)
     embedding = traces.embedding
     if embedding is not None:
         encoder_step.forward(plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist)

@@ -46,7 +46,11 @@ AUTOCAST_LOW = {
 }
 AUTOCAST_FP32 = {
     "cuda": {"layer_norm", "softmax", "log_softmax", "pow", "rsqrt", "nll_loss", "cross_entropy", "sum", "exp"},
-    "cpu": {"softmax", "log_softmax", "nll_loss"},  # softmax: measured with torch 2.13 (CPU autocast)
+    # CPU autocast (aten/src/ATen/autocast_mode.cpp, the CPU fp32 list: losses, not softmax or exp), probed with
+    # torch 2.13 on bf16 inputs (tests/test_tape.py): nll_loss, cross_entropy and kl_div run in fp32; log_softmax,
+    # logsumexp, exp, sum, pow, rsqrt and layer_norm stay in bf16. softmax is kept from an earlier measurement
+    # (its callers here pass fp32 inputs or an explicit dtype, so it changes nothing).
+    "cpu": {"softmax", "nll_loss", "cross_entropy", "kl_div"},
 }
 
 _ids = itertools.count()
@@ -432,8 +436,12 @@ class Tape:
         return out
 
     def cross_entropy(self, logits: Sym, rows: int) -> Sym:
-        """``F.cross_entropy`` = log_softmax (saves its result) + nll_loss (saves the int64 targets)."""
-        log_probs = self.unary_saving_result("log_softmax", logits)
+        """``F.cross_entropy`` = log_softmax (saves its result) + nll_loss (saves the int64 targets); under autocast
+        the op is cast as ``cross_entropy`` (fp32 on both devices' lists), then log_softmax runs on that."""
+        cast = self.autocast_input("cross_entropy", logits)
+        log_probs = self.unary_saving_result("log_softmax", cast)
+        if cast is not logits:
+            self.release(cast)  # autocast's cast dies with the op: log_softmax saves its result only
         target = Sym(rows, "int64", False)
         loss = self.new(1, log_probs.dtype, True)
         self.record("nll_loss", [log_probs, target], [log_probs], [loss])

@@ -69,41 +69,30 @@ class GRPOStep(TrainingStep):
 
     # ------------------------------------------------------------------ the round
 
-    def run(self, tracker=None) -> None:
-        self.tracker = tracker
+    def _before_micro_batches(self) -> None:
+        """Generation, then the old-policy and reference log-prob passes over the whole generation batch."""
+        self.micro_batch = 1
+        self._mark("forward", "generation")
+        self.ids = self._generate()
+        self._mark("forward", "log-prob passes")
+        self.old = self._log_probs(self.model, self.ids) if self.old_policy else None
+        self.ref = None
+        if self.beta:
+            with self._reference_context():
+                self.ref = self._log_probs(self.reference if self.reference is not None else self.model, self.ids)
+
+    def _loss_divisor(self) -> int:
+        return 1  # the loss is normalised over the completion tokens of the whole generation batch
+
+    def _after_step(self) -> None:
+        del self.ids, self.old, self.ref
+
+    def _loss(self) -> torch.Tensor:
         micro = self.setup.micro_batch_size
-        accumulation = self.setup.gradient_accumulation_steps
-        with self._attention_context():
-            self.micro_batch = 1
-            self._mark("forward", "generation")
-            ids = self._generate()
-            self._mark("forward", "log-prob passes")
-            old = self._log_probs(self.model, ids) if self.old_policy else None
-            ref = None
-            if self.beta:
-                with self._reference_context():
-                    ref = self._log_probs(self.reference if self.reference is not None else self.model, ids)
-            for micro_batch in range(1, accumulation + 1):
-                self.micro_batch = micro_batch
-                self.in_backward = False
-                rows = slice((micro_batch - 1) * micro, micro_batch * micro)
-                self._mark("forward", "forward embeddings")
-                with self._autocast_context():
-                    loss = self._loss(ids[rows], None if old is None else old[rows], None if ref is None else ref[rows], rows)
-                self.in_backward = True
-                self._mark("backward", "backward head")
-                self.backward(loss, 1)
-                del loss
-                self._snapshot_gradients()
-            self.in_backward = False
-            self.micro_batch = 0
-            self._mark("optimizer", "optimizer")
-            self.optimizer_step()
-            self._snapshot_optimizer_state()
-            self._mark("zero_grad", "zero_grad")
-            self.zero_grad()
-            del ids, old, ref
-        self.tracker = None
+        rows = slice((self.micro_batch - 1) * micro, self.micro_batch * micro)
+        old = None if self.old is None else self.old[rows]
+        ref = None if self.ref is None else self.ref[rows]
+        return self._policy_loss(self.ids[rows], old, ref, rows)
 
     def _generate(self) -> torch.Tensor:
         from .hf_model import base_model
@@ -146,7 +135,7 @@ class GRPOStep(TrainingStep):
         finally:
             self.quiet = False
 
-    def _loss(self, ids, old, ref, rows) -> torch.Tensor:
+    def _policy_loss(self, ids, old, ref, rows) -> torch.Tensor:
         outputs = self.forward_module(input_ids=ids, labels=self._labels(ids), use_cache=False, fused_lm_head=True)
         logps = outputs.log_probs[:, -self.completion_tokens :]
         old = logps.detach() if old is None else old

@@ -33,7 +33,7 @@ from ..setup import Setup
 from .events import ROLE_PARAMETER
 from .step import TrainingStep
 
-SUPPORTED_MODES = ("dpo", "reward", "gkd", "grpo", "rloo")
+SUPPORTED_MODES = ("dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo")
 DPO_POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
 
 
@@ -62,7 +62,9 @@ def add_fused_heads(setup: Setup, model: torch.nn.Module, reference: Optional[to
 
     from .hf_model import base_model
 
-    outputs = DPO_POLICY_OUTPUTS if setup.training.mode == "dpo" else ("log_probs", "entropy")
+    from ..training.kto import KTO_POLICY_OUTPUTS
+
+    outputs = {"dpo": DPO_POLICY_OUTPUTS, "kto": KTO_POLICY_OUTPUTS}.get(setup.training.mode, ("log_probs", "entropy"))
     add_fused_lm_head(base_model(model), outputs=outputs)
     if reference is not None:
         add_fused_lm_head(reference)
@@ -96,30 +98,6 @@ class PreferenceStep(TrainingStep):
                 tracker.register(tensor, ROLE_PARAMETER, op="(reference buffer)")
         tracker.register(self.precomputed, "input", op="(precomputed reference log-probs)")
 
-    def run(self, tracker=None) -> None:
-        self.tracker = tracker
-        accumulation = self.setup.gradient_accumulation_steps
-        with self._attention_context():
-            for micro_batch in range(1, accumulation + 1):
-                self.micro_batch = micro_batch
-                self.in_backward = False
-                self._mark("forward", "forward embeddings")
-                with self._autocast_context():
-                    loss = self._loss()
-                self.in_backward = True
-                self._mark("backward", "backward head")
-                self.backward(loss, accumulation)
-                del loss
-                self._snapshot_gradients()
-            self.in_backward = False
-            self.micro_batch = 0
-            self._mark("optimizer", "optimizer")
-            self.optimizer_step()
-            self._snapshot_optimizer_state()
-            self._mark("zero_grad", "zero_grad")
-            self.zero_grad()
-        self.tracker = None
-
     def _loss(self) -> torch.Tensor:
         ids = self.batch
         outputs = self.forward_module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True)
@@ -152,6 +130,164 @@ class PreferenceStep(TrainingStep):
         return contextlib.nullcontext()
 
 
+class KTOStep(PreferenceStep):
+    """KTOTrainer._compute_loss (TRL 1.16): the policy's no-grad forward of the KL batch, the policy's forward,
+    the reference's KL forward and forward under no_grad (unless precomputed), the KTO loss and its metrics.
+
+    The batch is every example's tokens as completion (labels = input ids, as the DPO step); the KL batch is
+    the collator's ``KL_input_ids``, each prompt with the neighbouring completion (here the batch's rows
+    rolled by one). The first half of the rows are desirable (``label`` True). ``torch.nonzero(label)`` is
+    replaced by the same int64 indices built from the known split, so that fake tensors run it too."""
+
+    def __init__(self, setup: Setup, model, optimizer, batch, reference: Optional[torch.nn.Module]):
+        super().__init__(setup, model, optimizer, batch, reference)
+        from ..training.kto import calculates_kl
+
+        rows = batch.shape[0]
+        self.kl_batch = torch.roll(batch, 1, dims=0) if calculates_kl(setup) else None
+        self.labels = torch.arange(rows, device=batch.device) < (rows + 1) // 2
+        self.chosen = (rows + 1) // 2
+        self.precomputed_kl = torch.zeros(rows, device=batch.device)
+
+    def register_existing(self, tracker) -> None:
+        super().register_existing(tracker)
+        if self.kl_batch is not None:
+            tracker.register(self.kl_batch, "input", op="(KL batch)")
+        tracker.register(self.labels, "input", op="(labels)")
+        tracker.register(self.precomputed_kl, "input", op="(precomputed reference KL log-probs)")
+
+    def _forward_mark_if_forward(self, phase: str, label: str) -> None:
+        if not self.in_reference:  # the policy's KL pass fires the layer hooks too
+            super()._forward_mark_if_forward(phase, label)
+
+    def _kl_logps(self, module: torch.nn.Module) -> Optional[torch.Tensor]:
+        if self.kl_batch is None:
+            return None
+        ids = self.kl_batch
+        with torch.no_grad():
+            log_probs = module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True).log_probs
+        return log_probs[:, -(ids.size(1) - 1) :].sum(-1)
+
+    def _loss(self) -> torch.Tensor:
+        ids = self.batch
+        device = ids.device
+        self._mark("forward", "KL forward")
+        self.in_reference = True
+        kl_logps = self._kl_logps(self.forward_module)
+        self.in_reference = False
+        self._mark("forward", "forward embeddings")
+        outputs = self.forward_module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True)
+        seq_len = ids.size(1) - 1
+        completion_logps = outputs.log_probs[:, -seq_len:].sum(-1)
+        rows = ids.shape[0]
+        chosen_idx = torch.arange(0, self.chosen, device=device)  # torch.nonzero(label)
+        rejected_idx = torch.arange(self.chosen, rows, device=device)
+        chosen_logps = completion_logps.index_select(0, chosen_idx)
+        rejected_logps = completion_logps.index_select(0, rejected_idx)
+        if self.reference_pass:
+            self._mark("forward", "reference forward")
+            self.in_reference = True
+            with torch.no_grad(), self._reference_context():
+                module = self.reference if self.reference is not None else self.forward_module
+                ref_kl_logps = self._kl_logps(module)
+                ref_outputs = module(input_ids=ids, labels=ids, use_cache=False, fused_lm_head=True)
+            self.in_reference = False
+            ref_logps = ref_outputs.log_probs[:, -seq_len:].sum(-1)
+            del ref_outputs
+        else:
+            ref_logps = self.precomputed
+            ref_kl_logps = self.precomputed_kl if kl_logps is not None else None
+        ref_chosen = ref_logps.index_select(0, chosen_idx)
+        ref_rejected = ref_logps.index_select(0, rejected_idx)
+        if kl_logps is not None:
+            kl = (kl_logps - ref_kl_logps).mean().detach().clamp(min=0)
+            chosen_losses = 1 - F.sigmoid(self.beta * ((chosen_logps - ref_chosen) - kl))
+            rejected_losses = 1 - F.sigmoid(self.beta * (kl - (rejected_logps - ref_rejected)))
+        else:  # apo_zero_unpaired
+            chosen_losses = 1 - F.sigmoid(self.beta * (chosen_logps - ref_chosen))
+            rejected_losses = F.sigmoid(self.beta * (rejected_logps - ref_rejected))
+        losses = torch.cat((1.0 * chosen_losses, 1.0 * rejected_losses), 0)
+        with torch.no_grad():  # the metrics TRL logs (small reductions)
+            outputs.entropy[:, -seq_len:].detach().sum()
+            outputs.mean_logits[:, -seq_len:].sum()
+        del outputs
+        return losses.nanmean()
+
+
+class OddsRatioStep(TrainingStep):
+    """ORPOTrainer / CPOTrainer ``concatenated_forward`` and loss (trl.experimental, TRL 1.16): the full logits of
+    chosen+rejected rows (``model(input_ids).logits``, no labels), the NLL of the chosen half
+    (``cross_entropy_loss``: ``logits[..., :-1, :].contiguous()``), the per-row log-probs of every row with the
+    trainer's own ``get_batch_logps`` (``selective_log_softmax`` over the logits), the odds-ratio (ORPO) or
+    sigmoid/SimPO (CPO) loss and the metrics' means of the logits. Every token is a completion token (labels =
+    input ids; ORPO's ``torch.where(attention_mask == 1, ...)`` runs on an all-ones mask)."""
+
+    def __init__(self, setup: Setup, model, optimizer, batch):
+        super().__init__(setup, model, optimizer, batch)
+        self.attention_mask = torch.ones_like(batch)
+        training = setup.training
+        self.beta = float(training.resolved("beta"))
+        self.mode = training.mode
+
+    def register_existing(self, tracker) -> None:
+        super().register_existing(tracker)
+        tracker.register(self.attention_mask, "input", op="(attention mask)")
+
+    def _loss(self) -> torch.Tensor:
+        import os
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        import torch.nn as nn
+
+        if self.mode == "orpo":
+            from trl.experimental.orpo import ORPOTrainer as Trainer
+        else:
+            from trl.experimental.cpo import CPOTrainer as Trainer
+        ids, mask = self.batch, self.attention_mask
+        chosen_rows = ids.shape[0] // 2
+        # An all-ones mask lets transformers take SDPA's is_causal path (masking_utils _ignore_causal_mask_sdpa
+        # reads it); fake tensors cannot be read, so there the mask is left out to take the same path.
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        forward_mask = None if isinstance(mask, FakeTensor) else mask
+        outputs = self.forward_module(ids, attention_mask=forward_mask, use_cache=False)
+        all_logits = outputs.logits
+
+        def cross_entropy_loss(logits, labels):
+            logits = logits[..., :-1, :].contiguous()
+            labels = labels[..., 1:].contiguous()
+            logits = logits.view(-1, logits.shape[-1])
+            labels = labels.view(-1)
+            return nn.CrossEntropyLoss()(logits, labels.to(logits.device))
+
+        if self.mode == "orpo":
+            labels = torch.where(mask == 1, ids.clone(), -100)
+        else:
+            labels = ids.clone()
+        nll_loss = cross_entropy_loss(all_logits[:chosen_rows], labels[:chosen_rows])
+        average = self.mode in ("orpo", "simpo")
+        all_logps = Trainer.get_batch_logps(all_logits, ids, average_log_prob=average)
+        chosen_logps, rejected_logps = all_logps[:chosen_rows], all_logps[chosen_rows:]
+        if self.mode == "orpo":
+            chosen, rejected = chosen_logps.float(), rejected_logps.float()
+            from trl.experimental.orpo.orpo_trainer import log1mexp
+
+            log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected))
+            loss = nll_loss - (self.beta * F.logsigmoid(log_odds)).mean()
+            chosen_logits, rejected_logits = all_logits[:chosen_rows, :-1, :], all_logits[chosen_rows:, :-1, :]
+        else:
+            margin = self.beta * (chosen_logps - rejected_logps)
+            if self.mode == "simpo":
+                margin = margin - 0.5  # simpo_gamma
+            loss = (-F.logsigmoid(margin)).mean() + 1.0 * nll_loss  # cpo_alpha 1.0
+            chosen_logits, rejected_logits = all_logits[:chosen_rows], all_logits[chosen_rows:]
+        with torch.no_grad():  # the metrics TRL logs
+            chosen_logits.detach().mean()
+            rejected_logits.detach().mean()
+        del outputs, all_logits, chosen_logits, rejected_logits
+        return loss
+
+
 class RewardStep(TrainingStep):
     """RewardTrainer's step: ``logits = model(input_ids).logits`` (one score per row, the last token's),
     ``-logsigmoid(chosen − rejected).mean()``, backward (TRL 1.16 ``RewardTrainer.compute_loss``)."""
@@ -166,32 +302,10 @@ class RewardStep(TrainingStep):
         layers[0].register_forward_pre_hook(self._backward_marker_on_input("backward embeddings"), with_kwargs=True)
         final_norm(self.model).register_forward_pre_hook(lambda module, args: self._forward_mark_if_forward("loss", "loss"))
 
-    def run(self, tracker=None) -> None:
-        self.tracker = tracker
-        accumulation = self.setup.gradient_accumulation_steps
-        with self._attention_context():
-            for micro_batch in range(1, accumulation + 1):
-                self.micro_batch = micro_batch
-                self.in_backward = False
-                self._mark("forward", "forward embeddings")
-                with self._autocast_context():
-                    outputs = self.forward_module(input_ids=self.batch, use_cache=False)
-                    chosen, rejected = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
-                    loss = -F.logsigmoid(chosen - rejected).mean()
-                    del outputs, chosen, rejected
-                self.in_backward = True
-                self._mark("backward", "backward head")
-                self.backward(loss, accumulation)
-                del loss
-                self._snapshot_gradients()
-            self.in_backward = False
-            self.micro_batch = 0
-            self._mark("optimizer", "optimizer")
-            self.optimizer_step()
-            self._snapshot_optimizer_state()
-            self._mark("zero_grad", "zero_grad")
-            self.zero_grad()
-        self.tracker = None
+    def _loss(self) -> torch.Tensor:
+        outputs = self.forward_module(input_ids=self.batch, use_cache=False)
+        chosen, rejected = torch.chunk(outputs.logits.squeeze(-1), chunks=2)
+        return -F.logsigmoid(chosen - rejected).mean()
 
 
 class GKDStep(PreferenceStep):
@@ -267,7 +381,7 @@ def build_reference(setup: Setup, fake: bool, device: torch.device) -> Optional[
 def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Module, optimizer, vocab_size: int):
     """The step of a post-training mode over an already built policy and optimizer."""
     reference = build_reference(setup, fake, device)
-    if setup.training.mode not in ("reward", "gkd"):
+    if setup.training.mode not in ("reward", "gkd", "orpo", "cpo", "simpo"):
         add_fused_heads(setup, model, reference)
     rows, tokens = batch_shape(setup)
     batch = torch.randint(0, vocab_size, (rows, tokens), device=device)
@@ -279,4 +393,8 @@ def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Modu
         return RewardStep(setup, model, optimizer, batch)
     if setup.training.mode == "gkd":
         return GKDStep(setup, model, optimizer, batch, reference)
+    if setup.training.mode in ("orpo", "cpo", "simpo"):
+        return OddsRatioStep(setup, model, optimizer, batch)
+    if setup.training.mode == "kto":
+        return KTOStep(setup, model, optimizer, batch, reference)
     return PreferenceStep(setup, model, optimizer, batch, reference)

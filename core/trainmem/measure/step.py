@@ -78,19 +78,16 @@ class TrainingStep:
         self.tracker = tracker
         accumulation = self.setup.gradient_accumulation_steps
         with self._attention_context():
+            self._before_micro_batches()
             for micro_batch in range(1, accumulation + 1):
                 self.micro_batch = micro_batch
                 self.in_backward = False
                 self._mark("forward", "forward embeddings")
                 with self._autocast_context():
-                    if self.task_batch is not None:  # an encoder's task head and loss (measure/tasks.py)
-                        mark = lambda: self._forward_mark_if_forward("loss", "loss")  # noqa: E731
-                        loss = self.task_batch.loss(self.forward_module, mark, **self.forward_kwargs)
-                    else:
-                        loss = self.forward_module(input_ids=self.batch, labels=self.batch, **self.forward_kwargs).loss
+                    loss = self._loss()
                 self.in_backward = True
                 self._mark("backward", "backward head")
-                self.backward(loss, accumulation)
+                self.backward(loss, self._loss_divisor())
                 del loss
                 self._snapshot_gradients()
             self.in_backward = False
@@ -100,9 +97,30 @@ class TrainingStep:
             self._snapshot_optimizer_state()
             self._mark("zero_grad", "zero_grad")
             self.zero_grad()
+            self._after_step()
             if self.tracker is not None:
                 self._note_reserved(None)
         self.tracker = None
+
+    # The hooks a trainer's step fills in (measure/post_training.py, measure/grpo.py).
+
+    def _loss(self) -> torch.Tensor:
+        """The micro-batch's loss, computed inside the autocast context (``self.micro_batch`` is set): the
+        supervised ``model(input_ids, labels).loss``, or an encoder task's head and loss."""
+        if self.task_batch is not None:  # an encoder's task head and loss (measure/tasks.py)
+            mark = lambda: self._forward_mark_if_forward("loss", "loss")  # noqa: E731
+            return self.task_batch.loss(self.forward_module, mark, **self.forward_kwargs)
+        return self.forward_module(input_ids=self.batch, labels=self.batch, **self.forward_kwargs).loss
+
+    def _loss_divisor(self) -> int:
+        """What ``backward`` divides the loss by: the accumulation steps (the Trainer's scaling)."""
+        return self.setup.gradient_accumulation_steps
+
+    def _before_micro_batches(self) -> None:
+        """Work of the step before its first micro-batch (GRPO's generation round); nothing here."""
+
+    def _after_step(self) -> None:
+        """Work after zero_grad, while the tracker still runs (dropping the round's tensors); nothing here."""
 
     # The three calls a framework may do its own way (DeepSpeed's engine.backward / engine.step).
 

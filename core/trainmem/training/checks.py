@@ -61,6 +61,12 @@ def check_training(setup: "Setup", architecture: Optional["Architecture"]) -> No
                 f"the teacher's vocab_size ({teacher.vocab_size:,}) differs from the student's "
                 f"({architecture.vocab_size:,}): the JSD compares their logits token by token",
             )
+    if training.mode == "kto" and training.resolved("loss_type") == "kto" and setup.micro_batch_size < 2:
+        raise FieldError(
+            "micro_batch_size",
+            "KTO's KL term (loss_type 'kto') needs at least 2 examples per micro-batch (KTOTrainer refuses "
+            "per_device_train_batch_size 1); use loss_type 'apo_zero_unpaired' for 1",
+        )
     if training.mode == "reward" and architecture.tie_word_embeddings:
         raise FieldError(
             field, "a reward model of a tied-embedding model is not modelled yet (its score head replaces the tied lm_head)"

@@ -57,13 +57,8 @@ def trace_gkd_head(
     mixture = tape.new(n, stacked.dtype, True)
     tape.record("logsumexp", [stacked, mixture], [stacked], [mixture])
     tape.release(stacked)
-    teacher_exp = tape.new(n, teacher_log.dtype, False)
-    difference = tape.add(teacher_log, mixture)  # (target − input) inside kl_div
-    kl_teacher = tape.mul(teacher_exp, difference)
-    tape.release(teacher_exp, difference)
-    student_exp = tape.unary_saving_result("exp", student_log)
-    kl_student = tape.mul(student_exp, tape.add(student_log, mixture))
-    tape.release(student_exp)
+    kl_teacher = _kl_div_log_target(tape, mixture, teacher_log)
+    kl_student = _kl_div_log_target(tape, mixture, student_log)
     coefficient = Sym(1, kl_teacher.dtype, False)
     jsd = tape.add(tape.mul(kl_teacher, coefficient), tape.mul(kl_student, coefficient))
     tape.release(kl_teacher, kl_student, student_log, teacher_log, mixture)
@@ -73,6 +68,25 @@ def trace_gkd_head(
     tape.release(selected, logits, teacher, student, scaled_teacher)
     _release_all_intermediates(tape)
     return _finish(tape, loss, parameter_grads_exist, x)
+
+
+def _kl_div_log_target(tape: Tape, input: Sym, target: Sym) -> Sym:
+    """``F.kl_div(input, target, reduction="none", log_target=True)``, which ATen decomposes into
+    ``exp(target) * (target − input)`` (autograd sees the pieces: ``exp`` saves its result when the target needs a
+    gradient, ``mul`` saves the operand the other one's gradient needs). Under autocast the op is cast first:
+    CPU autocast lists ``kl_div`` among its fp32 ops (probed with torch 2.13: a bf16 mixture and target give an
+    fp32 result), so both inputs are copied to fp32, and those copies die with the call."""
+    input_in = tape.autocast_input("kl_div", input)
+    target_in = tape.autocast_input("kl_div", target)
+    if target.requires_grad:
+        target_exp = tape.unary_saving_result("exp", target_in)
+    else:
+        target_exp = tape.new(target_in.numel, target_in.dtype, False)
+    difference = tape.add(target_in, input_in)  # (target − input)
+    divergence = tape.mul(target_exp, difference)
+    tape.release(target_exp, difference)
+    tape.release(*[cast for cast, given in ((input_in, input), (target_in, target)) if cast is not given])
+    return divergence
 
 
 def _release_all_intermediates(tape: Tape) -> None:

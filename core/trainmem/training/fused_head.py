@@ -174,16 +174,23 @@ def trace_fused_head(
 
 
 def reference_head_forward_bytes(
-    arch: Architecture, shape: LayerShape, kernels: LayerKernels, vocab: int, scored_fraction: float = 1.0
+    arch: Architecture,
+    shape: LayerShape,
+    kernels: LayerKernels,
+    vocab: int,
+    scored_fraction: float = 1.0,
+    outputs: tuple[str, ...] = ("log_probs",),
 ) -> int:
-    """High-water bytes of the reference's final norm and fused head under ``no_grad`` (outputs log-probs only):
-    the norm output, the scored hidden states (a copy unless one row off CUDA), targets, the scratch."""
+    """High-water bytes of the final norm and fused head under ``no_grad`` (the reference asks for log-probs
+    only; KTO's KL pass runs the policy's head, which adds an fp32 vector per extra output): the norm output,
+    the scored hidden states (a copy unless one row off CUDA), targets, the scratch."""
     sizes = head_shape(arch, shape, kernels, vocab, scored_fraction)
     h = shape.hidden
     element = DTYPE_BYTES[kernels.stream_dtype]
     normed = shape.stream_tokens * h * element
     copy = sizes.scored_tokens * h * element if (sizes.triton or shape.batch > 1) else 0
-    return normed + copy + sizes.scored_tokens * (8 + 4) + sizes.forward_scratch_bytes(h, ("log_probs",))
+    extra = sizes.scored_tokens * 4 * (len(outputs) - 1)
+    return normed + copy + sizes.scored_tokens * (8 + 4) + extra + sizes.forward_scratch_bytes(h, outputs)
 
 
 def trace_score_head(

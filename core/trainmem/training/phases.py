@@ -55,8 +55,8 @@ def effective_setup(setup: "Setup") -> "Setup":
 
 FUSED_HEAD_MODES = ("dpo", "kto", "grpo", "rloo")
 """Trainers that call ``add_fused_lm_head`` (trl/trainer/dpo_trainer.py, kto_trainer.py, grpo_trainer.py, rloo_trainer.py). The
-experimental ORPO/CPO/GKD trainers take ``outputs.logits`` whole (selective_log_softmax, log_softmax): the
-supervised head is their closer model."""
+experimental ORPO/CPO/GKD trainers take ``outputs.logits`` whole: their heads are :mod:`.odds_ratio` and
+:mod:`.distillation`."""
 
 
 def uses_fused_head(plan: "Plan") -> bool:
@@ -86,7 +86,10 @@ def _peft(plan: "Plan") -> bool:
 def policy_outputs(plan: "Plan") -> tuple[str, ...]:
     """The per-token outputs the trainer asks of the policy's fused head (``add_fused_lm_head(outputs=...)``)."""
     from .fused_head import POLICY_OUTPUTS
+    from .kto import KTO_POLICY_OUTPUTS
 
+    if plan.setup.training.mode == "kto":
+        return KTO_POLICY_OUTPUTS
     return ("log_probs", "entropy") if plan.setup.training.is_rl else POLICY_OUTPUTS
 
 
@@ -125,7 +128,10 @@ def reference_weight_bytes(plan: "Plan", stage: "Stage") -> int:
 
 
 def resident_copies(plan: "Plan", stage: "Stage", account: "MemoryAccount") -> None:
-    """Set the parts of the model copies besides the policy (before the step starts)."""
+    """Set the parts of the model copies besides the policy, and the mode's extra inputs (before the step starts)."""
+    from .kto import record_kl_batch
+
+    record_kl_batch(plan, account)
     reference = reference_weight_bytes(plan, stage)
     if reference:
         account.set("parameters", "reference model", reference, REFERENCE_DETAIL_COPY)
@@ -218,6 +224,16 @@ def reference_forward_bytes(plan: "Plan") -> int:
     training = plan.setup.training
     if not (training.has_reference(_peft(plan)) or old_policy_pass(plan)):
         return 0
+    return no_grad_forward_bytes(plan)
+
+
+def no_grad_forward_bytes(plan: "Plan", outputs: tuple[str, ...] = ("log_probs",)) -> int:
+    """High-water bytes of one forward of the step's batch under no_grad with the fused head asked for
+    ``outputs`` (the reference's log-probs; KTO's KL pass of the policy): see :func:`reference_forward_bytes`."""
+    from ..layers import Trainability, trace_layer
+    from ..simulate import _cached, _kernels, _rotary_bytes, _shape
+    from .fused_head import reference_head_forward_bytes
+
     arch = plan.architecture
     shape = _shape(plan)
     kernels = replace(_kernels(plan, selective=False), lora_rank=0)
@@ -232,7 +248,7 @@ def reference_forward_bytes(plan: "Plan") -> int:
         )
         layers = max(layers, stream + trace.forward_peak_bytes)
     vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
-    head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan))
+    head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan), outputs)
     return stream + _rotary_bytes(plan) + max(layers, head)
 
 
@@ -248,6 +264,11 @@ def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch
         )
     elif plan.setup.training.mode == "reward":
         account.details[("activations", "saved by the loss head")] = "the final norm's tensors and the score head's input"
+    elif plan.setup.training.mode in ("orpo", "cpo", "simpo"):
+        account.details[("activations", "saved by the loss head")] = (
+            "the full logits (kept by selective_log_softmax's gather and logsumexp, or its per-row log-softmax) and "
+            "the chosen half's log-softmax of the NLL term (training.odds_ratio)"
+        )
     if plan.setup.training.is_rl:
         return
     nbytes = reference_forward_bytes(plan)
@@ -258,10 +279,6 @@ def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch
 
 
 NOT_MODELLED = {
-    "kto": "KTOTrainer's KL batch (a second, mismatched forward under no_grad) is not modelled yet.",
-    "orpo": "ORPO's selective_log_softmax over the full logits (after the NLL term) is not modelled yet.",
-    "cpo": "CPO's selective_log_softmax over the full logits is not modelled yet.",
-    "simpo": "SimPO (CPOTrainer)'s selective_log_softmax over the full logits is not modelled yet.",
     "gkd": "GKD's on-policy batches (lmbda: the student generates) are not modelled; the teacher is held in the "
     "student's weight dtype (an assumption).",
 }
@@ -300,6 +317,13 @@ def head_weight_casts(plan: "Plan", moment: dict) -> dict:
     copies = ("parameters", "head weight cast (fused head)")
     changed[copies] = changed.get(copies, 0) + moved
     return changed
+
+
+def record_before_forward(plan: "Plan", account: "MemoryAccount", micro_batch: int, suffix: str) -> None:
+    """Passes of a micro-batch before the policy's forward (KTO's KL forward under no_grad)."""
+    from .kto import record_kl_forward
+
+    record_kl_forward(plan, account, micro_batch, suffix)
 
 
 def record_teacher_forward(plan: "Plan", account: "MemoryAccount", micro_batch: int, suffix: str) -> None:
