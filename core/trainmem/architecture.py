@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple, Optional
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import FrozenModel
+from .disentangled import DisentangledAttention
 from .errors import FieldError
 from .tasks import TaskKind
 
@@ -214,6 +215,10 @@ class Architecture(FrozenModel):
     classifier_bias: bool = Field(default=True, description="ModernBERT's prediction head dense layer has a bias.")
     classifier_activation: str = Field(default="gelu", description="ModernBERT's prediction head activation.")
     decoder_bias: bool = Field(default=True, description="ModernBERT's MLM decoder has a bias.")
+    # ---- DeBERTa-v2/v3 (models/deberta_v2.py)
+    disentangled: Optional[DisentangledAttention] = Field(
+        default=None, description="DeBERTa's disentangled attention and relative position embeddings."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:

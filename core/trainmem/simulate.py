@@ -215,7 +215,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
         embedding = _cached(
             ("embedding", key, tied, embedding_rows),
-            lambda: trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+            lambda: plan.family.trace_embedding(arch, shape, kernels, trainability, grads_exist, tied)
             if arch.bidirectional
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
