@@ -15,7 +15,8 @@ self-attention in place of BERT's (``DisentangledSelfAttention``):
   ``query_proj``/``key_proj`` (``share_att_key``, DeBERTa-v3) or ``pos_query_proj``/``pos_key_proj``,
   repeated over the batch (``.repeat``: (b·a, 2·span, d) copies);
 * c2p: ``bmm(q, pos_kᵀ)`` (b·a, s, 2·span), gathered at the clamped bucketed relative positions into
-  (b·a, s, s) (the int64 index is saved), divided by the scale; p2c the same from ``bmm(k, pos_qᵀ)``,
+  (b·a, s, s) (``GatherBackward0`` saves its input and the (s, s) int64 index: measured with saved-tensor
+  hooks, torch 2.13), divided by the scale; p2c the same from ``bmm(k, pos_qᵀ)``,
   transposed; both added to the scores;
 * ``masked_fill(~mask, finfo.min)`` with the (b, 1, s, s) mask ``get_attention_mask`` builds once per
   forward (fp32, from ``torch.ones(input_shape)`` when no attention mask is given), softmax in the
@@ -158,6 +159,14 @@ class DebertaV2(EncoderFamily):
     sequence_head = "context_pooler"
     has_pooler = True  # ContextPooler, built by the sequence-classification model only
     base_model_pooler = False  # DebertaV2Model has no pooler
+
+    def unsupported_attention(self, attention: str, device: str, compute_dtype: str = "bf16") -> Optional[str]:
+        """transformers 5.24 has only DeBERTa's own eager attention: ``sdpa`` (trainmem's default, which
+        ``from_pretrained`` without ``attn_implementation`` resolves to eager here) and ``sdpa-math`` run
+        the eager path; flash-attention is refused by transformers and here."""
+        if attention == "flash_attention_2":
+            return "deberta-v2 has no flash-attention path in transformers 5.24 (only its eager attention); use eager"
+        return None
 
     # ------------------------------------------------------------------ config
     def read_config(self, fields: ConfigFields) -> Architecture:
@@ -384,10 +393,14 @@ class DebertaLayerProgram(EncoderLayerProgram):
         k_scaled = tape.scale(k)  # key_layer.transpose(-1, -2) / scale: DivBackward saves the 0-dim scale only
         scores = tape.matmul(q, k_scaled, square)
         tape.release(k_scaled)
+        # Python locals hold ``rel_att`` and the masked scores until forward returns (measured: both are
+        # alive at the softmax's dropout, torch 2.13 CPU); the bmm scores and their sum are rebound and freed.
+        lingering: list[Sym] = []
         if dis.relative_attention and (dis.c2p or dis.p2c):
             bias_scores = self._relative_bias(q, k)
             total = tape.add(scores, bias_scores)
-            tape.release(scores, bias_scores)
+            tape.release(scores)
+            lingering.append(bias_scores)
             scores = total
         mask = tape.new(batch * seq * seq, "bool", False)  # attention_mask.bool()
         inverted = tape.new(batch * seq * seq, "bool", False)  # ~attention_mask
@@ -396,12 +409,13 @@ class DebertaLayerProgram(EncoderLayerProgram):
         tape.release(scores)
         keep_dtype = filled.dtype if tape.device == "cpu" else None  # CPU autocast leaves softmax in bf16
         probs = tape.unary_saving_result("softmax", filled, dtype=keep_dtype)
-        tape.release(filled, inverted)
+        tape.release(inverted)
+        lingering.append(filled)
         dropped = tape.dropout(probs, arch.attention_dropout)
         context = tape.matmul(dropped, v, q.numel)
         tape.release(probs, dropped)
         merged = tape.copy(context)  # permute(0, 2, 1, 3).contiguous()
-        tape.release(context, mask, q, k, v)
+        tape.release(context, mask, q, k, v, *lingering)
         projected = self.linear(names.o_proj, merged, h, h, arch.attention_output_bias)
         tape.release(merged)
         return projected
@@ -436,7 +450,7 @@ class DebertaLayerProgram(EncoderLayerProgram):
             raw = tape.matmul(content, position, batch * heads * seq * rows)
             index = tape.new(seq * seq, "int64", False)  # clamp(±relative_pos + span, 0, 2·span - 1)
             gathered = tape.new(square, raw.dtype, raw.requires_grad)
-            tape.record("gather", [index], [raw], [gathered])
+            tape.record("gather", [raw, index], [raw], [gathered])  # GatherBackward0 saves self and the index
             tape.release(raw, index)
             divided = tape.scale(gathered)  # / scale
             tape.release(gathered)
@@ -480,7 +494,7 @@ class DebertaLayerProgram(EncoderLayerProgram):
         tape.release(dropped)
         label_index = tape.new(batch, "int64", False)  # (labels >= 0).nonzero(): (b, 1)
         labelled = tape.new(batch * labels, logits.dtype, logits.requires_grad)
-        tape.record("gather", [label_index], [logits], [labelled])
+        tape.record("gather", [logits, label_index], [logits], [labelled])  # GatherBackward0 saves self too
         tape.release(logits, label_index)
         upcast = tape.to(labelled, "fp32")
         if upcast is not labelled:
