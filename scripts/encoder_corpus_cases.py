@@ -137,8 +137,6 @@ ENCODER_CASES: list[dict[str, Any]] = [
                  precision="amp-bf16"),
     encoder_case("deberta-small-fp32-lora-seqcls-b4-s256", DEBERTA_SMALL, "sequence_classification", batch=4,
                  seq=256, attention="eager", finetuning=LORA_QV, description="PEFT SEQ_CLS, default targets query_proj and value_proj."),
-    encoder_case("deberta-small-fp32-ckpt-seqcls-b4-s256", DEBERTA_SMALL, "sequence_classification", batch=4,
-                 seq=256, attention="eager", checkpointing="full"),
     encoder_case("deberta-smallv2-fp32-seqcls-b4-s256", DEBERTA_SMALL_V2, "sequence_classification", batch=4,
                  seq=256, attention="eager", description="Separate pos_key_proj and pos_query_proj, absolute positions, token types."),
     # ---------------------------------------------------------------- LoRA on BERT-style encoders (PEFT defaults)
@@ -153,8 +151,9 @@ ENCODER_CASES: list[dict[str, Any]] = [
     # ---------------------------------------------------------------- published models (fake tensors)
     encoder_case("modernbert-base-ampbf16-seqcls-b8-s1024-fake", "modernbert-base", "sequence_classification",
                  batch=8, seq=1024, precision="amp-bf16", fake=True),
-    encoder_case("deberta-v3-base-ampbf16-seqcls-b8-s512-fake", "deberta-v3-base", "sequence_classification",
-                 batch=8, seq=512, precision="amp-bf16", num_labels=2, attention="eager", fake=True),
+    encoder_case("deberta-v3-base-ampbf16-tokcls-b8-s512-fake", "deberta-v3-base", "token_classification",
+                 batch=8, seq=512, precision="amp-bf16", num_labels=9, attention="eager", fake=True,
+                 description="Token classification: the sequence head's (labels >= 0).nonzero() cannot run on fake tensors."),
     encoder_case("bert-large-fp32-seqcls-b4-s512-fake", "bert-large-uncased", "sequence_classification", batch=4,
                  seq=512, num_labels=2, fake=True,
                  description="The transformers docs' 'Model training anatomy' run (fp32 AdamW, 4 x 512), on a CPU."),

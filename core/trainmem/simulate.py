@@ -214,8 +214,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         tied = arch.tie_word_embeddings and stage.has_head and embedding_trains
         embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
         embedding = _cached(
-            ("embedding", key, tied, embedding_rows),
-            lambda: plan.family.trace_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+            ("embedding", key, tied, embedding_rows, checkpointing),
+            lambda: plan.family.trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, checkpointing)
             if arch.bidirectional
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )

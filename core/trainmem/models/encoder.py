@@ -147,7 +147,8 @@ class EncoderFamily(DecoderFamily):
 
         return EncoderLayerProgram
 
-    def trace_embedding(self, arch, shape, kernels, trainability, parameter_grads_exist=False, token_grad_exists=False):
+    def trace_embedding(self, arch, shape, kernels, trainability, parameter_grads_exist=False, token_grad_exists=False,
+                        checkpointing="none"):
         """The embeddings on the tape (``heads.trace_encoder_embedding``; DeBERTa has its own)."""
         from ..heads import trace_encoder_embedding
 
