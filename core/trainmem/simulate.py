@@ -29,7 +29,7 @@ from .allocator import rounded
 from .architecture import Architecture
 from .ends import trace_chunked_loss_head, trace_embedding, trace_final_norm, trace_loss_head
 from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
-from .heads import encoder_buffer_bytes, trace_encoder_embedding, trace_task_head
+from .heads import encoder_buffer_bytes, trace_task_head
 from .tasks import encoded_sequences, label_bytes
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from . import packing, padding_mask

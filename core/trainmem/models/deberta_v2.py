@@ -45,7 +45,7 @@ DeBERTa-v2 xlarge/xxlarge) and ``z_steps``. PEFT's default LoRA targets: query_p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 from ..architecture import Architecture
