@@ -23,6 +23,15 @@ MODERNBERT_SMALL = {"model_type": "modernbert", "vocab_size": 8000, "hidden_size
 MODERNBERT_SMALL_CLS = {**MODERNBERT_SMALL, "classifier_pooling": "cls"}
 LORA_QV = {"method": "lora", "lora": {"r": 8}}
 LORA_MODERNBERT = {"method": "lora", "lora": {"r": 8, "target_modules": ["Wqkv", "Wo", "Wi"]}}
+DEBERTA_SMALL = {"model_type": "deberta-v2", "vocab_size": 8000, "hidden_size": 128, "num_hidden_layers": 2,
+                 "num_attention_heads": 4, "intermediate_size": 512, "max_position_embeddings": 512,
+                 "type_vocab_size": 0, "relative_attention": True, "position_buckets": 64, "norm_rel_ebd": "layer_norm",
+                 "share_att_key": True, "pos_att_type": "p2c|c2p", "max_relative_positions": -1,
+                 "position_biased_input": False}
+"""A DeBERTa-v3-like config (shared attention keys, c2p and p2c, 64 log buckets, normed relative embeddings)."""
+DEBERTA_SMALL_V2 = {**DEBERTA_SMALL, "share_att_key": False, "position_biased_input": True, "type_vocab_size": 2,
+                    "norm_rel_ebd": "none", "position_buckets": -1, "max_relative_positions": 128}
+"""DeBERTa-v2 style: pos_key_proj/pos_query_proj, absolute positions and token types, 256 relative rows."""
 DISTILBERT_SMALL = {"model_type": "distilbert", "vocab_size": 8000, "dim": 128, "n_layers": 2, "n_heads": 4,
                     "hidden_dim": 512, "max_position_embeddings": 512}
 
@@ -114,6 +123,22 @@ ENCODER_CASES: list[dict[str, Any]] = [
                  description="PEFT SEQ_CLS: LoRA on Wqkv, Wo, Wi; the classifier trained as a modules_to_save copy."),
     encoder_case("modernbert-small-ampbf16-lora-seqcls-sdpa-b4-s256", MODERNBERT_SMALL, "sequence_classification",
                  batch=4, seq=256, precision="amp-bf16", finetuning=LORA_MODERNBERT),
+    # ---------------------------------------------------------------- DeBERTa-v2/v3: disentangled attention (eager
+    # whatever is asked: transformers has no SDPA path for it)
+    encoder_case("deberta-small-fp32-seqcls-b4-s256", DEBERTA_SMALL, "sequence_classification", batch=4, seq=256, attention="eager",
+                 description="DebertaV2ForSequenceClassification: c2p and p2c over shared keys, ContextPooler."),
+    encoder_case("deberta-small-ampbf16-seqcls-b4-s256", DEBERTA_SMALL, "sequence_classification", batch=4,
+                 seq=256, attention="eager", precision="amp-bf16"),
+    encoder_case("deberta-small-fp32-tokcls-b4-s256", DEBERTA_SMALL, "token_classification", batch=4, seq=256, attention="eager",
+                 num_labels=9),
+    encoder_case("deberta-small-fp32-mlm-b4-s256", DEBERTA_SMALL, "masked_lm", batch=4, seq=256, attention="eager",
+                 description="The legacy MLM head (cls.predictions), tied decoder."),
+    encoder_case("deberta-small-ampbf16-mlm-b4-s256", DEBERTA_SMALL, "masked_lm", batch=4, seq=256, attention="eager",
+                 precision="amp-bf16"),
+    encoder_case("deberta-small-fp32-lora-seqcls-b4-s256", DEBERTA_SMALL, "sequence_classification", batch=4,
+                 seq=256, attention="eager", finetuning=LORA_QV, description="PEFT SEQ_CLS, default targets query_proj and value_proj."),
+    encoder_case("deberta-smallv2-fp32-seqcls-b4-s256", DEBERTA_SMALL_V2, "sequence_classification", batch=4,
+                 seq=256, attention="eager", description="Separate pos_key_proj and pos_query_proj, absolute positions, token types."),
     # ---------------------------------------------------------------- LoRA on BERT-style encoders (PEFT defaults)
     encoder_case("bert-small-fp32-lora-seqcls-sdpa-b8-s256", BERT_SMALL, "sequence_classification", batch=8,
                  seq=256, finetuning=LORA_QV,
@@ -126,6 +151,9 @@ ENCODER_CASES: list[dict[str, Any]] = [
     # ---------------------------------------------------------------- published models (fake tensors)
     encoder_case("modernbert-base-ampbf16-seqcls-b8-s1024-fake", "modernbert-base", "sequence_classification",
                  batch=8, seq=1024, precision="amp-bf16", fake=True),
+    encoder_case("deberta-v3-base-ampbf16-tokcls-b8-s512-fake", "deberta-v3-base", "token_classification",
+                 batch=8, seq=512, precision="amp-bf16", num_labels=9, attention="eager", fake=True,
+                 description="Token classification: the sequence head's (labels >= 0).nonzero() cannot run on fake tensors."),
     encoder_case("bert-large-fp32-seqcls-b4-s512-fake", "bert-large-uncased", "sequence_classification", batch=4,
                  seq=512, num_labels=2, fake=True,
                  description="The transformers docs' 'Model training anatomy' run (fp32 AdamW, 4 x 512), on a CPU."),

@@ -53,6 +53,10 @@ SMALL = {
     "modernbert": {"model_type": "modernbert", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 4,
                    "num_attention_heads": 4, "intermediate_size": 96, "local_attention": 32, "pad_token_id": 0,
                    "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2},
+    "deberta-v2": {"model_type": "deberta-v2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "intermediate_size": 128, "relative_attention": True,
+                   "position_buckets": 32, "norm_rel_ebd": "layer_norm", "share_att_key": True,
+                   "pos_att_type": "p2c|c2p", "position_biased_input": False},
     "bert-untied": {"model_type": "bert", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 1,
                     "num_attention_heads": 4, "intermediate_size": 128, "tie_word_embeddings": False},
 }

@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple, Optional
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import FrozenModel
+from .disentangled import DisentangledAttention
 from .errors import FieldError
 from .tasks import TaskKind
 
@@ -246,6 +247,10 @@ class Architecture(FrozenModel):
     )
     mlp_activation_dropout: float = Field(
         default=0.0, ge=0.0, lt=1.0, description="BART's activation_dropout: dropout between the MLP's activation and fc2."
+    )
+    # ---- DeBERTa-v2/v3 (models/deberta_v2.py)
+    disentangled: Optional[DisentangledAttention] = Field(
+        default=None, description="DeBERTa's disentangled attention and relative position embeddings."
     )
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ from .allocator import rounded
 from .architecture import Architecture
 from .ends import trace_chunked_loss_head, trace_embedding, trace_final_norm, trace_loss_head
 from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
-from .heads import encoder_buffer_bytes, trace_encoder_embedding, trace_task_head
+from .heads import encoder_buffer_bytes, trace_task_head
 from .tasks import encoded_sequences, label_bytes
 from .optimizers import TrainableTensor, state_bytes, step_temporaries
 from . import packing, padding_mask
@@ -218,10 +218,10 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         tied = arch.tie_word_embeddings and stage.has_head and embedding_trains
         embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
         embedding = _cached(
-            ("embedding", key, tied, embedding_rows),
+            ("embedding", key, tied, embedding_rows, checkpointing),
             lambda: trace_patch_embedding(arch, shape, kernels, trainability, grads_exist)
             if arch.image_size  # a vision encoder (vision/encoders.py)
-            else trace_encoder_embedding(arch, shape, kernels, trainability, grads_exist, tied)
+            else plan.family.trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, checkpointing)
             if arch.bidirectional
             else encoder_step.trace_seq2seq_embedding(arch, shape, kernels, trainability, grads_exist, tied, False)
             if arch.cross_attention and arch.embedding_norm  # BART's learned positions and layernorm_embedding

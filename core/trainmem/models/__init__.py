@@ -22,6 +22,7 @@ from ..errors import FieldError
 from .cohere import Cohere
 from .falcon import Falcon
 from .bert import Bert
+from .deberta_v2 import DebertaV2
 from .deepseek import DeepseekV2, DeepseekV3
 from .distilbert import DistilBert
 from .family import DecoderFamily
@@ -80,6 +81,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     T5,
     MT5,
     Bart,
+    DebertaV2,
 )
 
 FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}

@@ -147,6 +147,13 @@ class EncoderFamily(DecoderFamily):
 
         return EncoderLayerProgram
 
+    def trace_embedding(self, arch, shape, kernels, trainability, parameter_grads_exist=False, token_grad_exists=False,
+                        checkpointing="none"):
+        """The embeddings on the tape (``heads.trace_encoder_embedding``; DeBERTa has its own)."""
+        from ..heads import trace_encoder_embedding
+
+        return trace_encoder_embedding(arch, shape, kernels, trainability, parameter_grads_exist, token_grad_exists)
+
 
 def encoder_fields(fields: ConfigFields, defaults: dict[str, object]) -> dict[str, object]:
     """BertConfig-style fields (BERT, RoBERTa, XLM-RoBERTa) with the family's class defaults."""
