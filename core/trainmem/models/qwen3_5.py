@@ -130,6 +130,9 @@ class Qwen3_5Text(DecoderFamily):
     ``nn.Linear`` modules only (the shared expert and its gate, not the router or the fused experts; checked
     against PEFT 0.21 in tests/test_families.py)."""
     rope_concatenates = True
+    rotary_tables_per_sample = True
+    """``Qwen3_5TextRotaryEmbedding.forward`` expands the position ids to (3, b, s): cos and sin are
+    (b, s, rotary_dim) (measured: one table row per sample, 16 kB at b=2, s=256, rotary_dim 8, fp32)."""
     not_counted = ()
     defaults = QWEN3_5_TEXT_DEFAULTS
 
@@ -166,10 +169,6 @@ class Qwen3_5Text(DecoderFamily):
             mlp = blocks.dense_mlp(arch, names, names.mlp, arch.intermediate_size)
         return mixer + mlp + blocks.layer_norms(arch, names)
 
-    def rotary_tables_bytes(self, arch: Architecture, seq: int, stream_bytes: int) -> list[int]:
-        """cos and sin of (b, s, rotary_dim); the hook is per sample, the batch factor is applied by
-        :meth:`Qwen3_5Program` (see the module docstring)."""
-        return [seq * arch.rotary_dim * stream_bytes] * 2
 
     def program(self) -> type[LayerProgram]:
         return Qwen3_5Program
