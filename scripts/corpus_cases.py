@@ -133,6 +133,16 @@ QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hid
                     "linear_key_head_dim": 32, "linear_value_head_dim": 32, "moe_intermediate_size": 128,
                     "shared_expert_intermediate_size": 256, "num_experts": 4, "num_experts_per_tok": 2}
 QWEN3_NEXT_DENSE_SMALL = {**QWEN3_NEXT_SMALL, "mlp_only_layers": [0]}
+# Qwen3.5 scaled down: the same hybrid as Qwen3-Next with split Gated DeltaNet projections (in_proj_qkv/z/b/a) and
+# the interleaved multimodal RoPE; dense SwiGLU MLPs (qwen3_5_text) or a MoE with a gated shared expert in every layer.
+QWEN3_5_SMALL = {"model_type": "qwen3_5_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
+                 "num_key_value_heads": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+                 "linear_key_head_dim": 32, "linear_value_head_dim": 32}
+QWEN3_5_MOE_SMALL = {"model_type": "qwen3_5_moe_text", **{k: v for k, v in FAMILY_COMMON.items() if k != "intermediate_size"},
+                     **IDS, "num_hidden_layers": 4, "head_dim": 32, "num_key_value_heads": 2, "linear_num_key_heads": 4,
+                     "linear_num_value_heads": 8, "linear_key_head_dim": 32, "linear_value_head_dim": 32,
+                     "moe_intermediate_size": 128, "shared_expert_intermediate_size": 256, "num_experts": 4,
+                     "num_experts_per_tok": 2}
 COHERE_SMALL = {"model_type": "cohere", **FAMILY_COMMON, **IDS}
 COHERE_QK_NORM_SMALL = {**COHERE_SMALL, "use_qk_norm": True, "tie_word_embeddings": False}
 FALCON_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "multi_query": True, "parallel_attn": True}
@@ -502,6 +512,21 @@ CASES: list[dict[str, Any]] = [
     case("qwen3next-80b-bf16-lora-all-b1-s512-fake", "qwen3-next-80b-a3b", batch=1, seq=512, precision="bf16-pure",
          lora={"r": 16, "target_modules": "all-linear"}, fake=True,
          description="Qwen3-Next-80B-A3B (512 experts, 36 Gated DeltaNet layers) LoRA on everything PEFT adapts."),
+    # ---------------------------------------------------------------- hybrid linear attention (Qwen3.5)
+    case("qwen3_5-small-fp32-adamw-b2-s256", QWEN3_5_SMALL, batch=2, seq=256,
+         description="Qwen3.5 dense: split Gated DeltaNet projections (in_proj_qkv, z, b, a), gated attention, mRoPE."),
+    case("qwen3_5-small-ampbf16-adamw-ckpt-b2-s200", QWEN3_5_SMALL, batch=2, seq=200, precision="amp-bf16",
+         checkpointing="full", description="The sequence padded to the 64-token chunk."),
+    case("qwen3_5-small-ampbf16-adamw-eager-b1-s512-fake", QWEN3_5_SMALL, batch=1, seq=512, precision="amp-bf16",
+         attention="eager", fake=True),
+    case("qwen3_5moe-small-fp32-adamw-b2-s256", QWEN3_5_MOE_SMALL, batch=2, seq=256,
+         description="Qwen3.5 MoE: routed experts and a gated shared expert in every layer."),
+    case("qwen3_5moe-small-bf16-lora-all-b2-s256", QWEN3_5_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: PEFT adapts the nn.Linear modules only (no v4 MoE conversion for qwen3_5_moe_text)."),
+    case("qwen3_5moe-small-ampbf16-adamw-b2-s256", QWEN3_5_MOE_SMALL, batch=2, seq=256, precision="amp-bf16"),
+    case("qwen3_5moe-small-bf16-adamw-b2-s512-fake", QWEN3_5_MOE_SMALL, batch=2, seq=512, precision="bf16-pure",
+         fake=True, description="On fake tensors (AMP on fake tensors fails in _grouped_mm's dtype check on CPU)."),
     # ---------------------------------------------------------------- Cohere (Command-R)
     case("cohere-small-fp32-adamw-b2-s256", COHERE_SMALL, batch=2, seq=256,
          description="Parallel attention and MLP after one bias-free LayerNorm, fp32 interleaved RoPE, logit_scale."),

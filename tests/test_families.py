@@ -105,6 +105,16 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1], "attention_bias": True,
         "layer_types": ["full_attention", "linear_attention", "linear_attention"],
     },
+    "qwen3_5_text": {
+        "model_type": "qwen3_5_text", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "head_dim": 16,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 8,
+    },
+    "qwen3_5_moe_text": {
+        "model_type": "qwen3_5_moe_text", **SMALL, "num_hidden_layers": 3, "head_dim": 16, "linear_num_key_heads": 2,
+        "linear_num_value_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 3,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2,
+        "attention_bias": True, "layer_types": ["full_attention", "linear_attention", "linear_attention"],
+    },
     "phimoe": {"model_type": "phimoe", **SMALL, "intermediate_size": 96, "num_local_experts": 4, "num_experts_per_tok": 2},
     "phimoe-biases": {
         "model_type": "phimoe", **SMALL, "intermediate_size": 96, "num_local_experts": 4, "attention_bias": True,

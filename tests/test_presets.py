@@ -48,6 +48,7 @@ PUBLISHED_COUNTS = {
     "gpt-oss-20b": 20_914_757_184,  # card: 21B
     "gpt-oss-120b": 116_829_156_672,  # card: 117B
     "qwen3-next-80b-a3b": 79_674_391_296,  # card: 80B (3B active)
+    "qwen3.5-35b-a3b": 34_660_610_688,  # card: 35B with the vision tower (not counted); shapes: Qwen3_5MoeTextConfig defaults (its docstring: "Qwen3.5-35B-A3B style") = THUDM/slime scripts/models/qwen3.5-35B-A3B.sh
     "command-r": 34_980_831_232,  # card: 35B
     "falcon-7b": 6_921_720_704,  # card: 7B
     "falcon-40b": 41_303_293_952,  # card: 40B

@@ -1090,6 +1090,8 @@ def _rotary_bytes(plan: Plan) -> int:
         return 0
     seq = packing.row_shape(plan.setup)[1] // plan.parallel.context_parallel_size
     tables = plan.family.rotary_tables_bytes(arch, seq, DTYPE_BYTES[plan.precision.stream_dtype])
+    if plan.family.rotary_tables_per_sample:
+        tables = [nbytes * packing.row_shape(plan.setup)[0] for nbytes in tables]
     return arch.rope_sets * sum(rounded(nbytes, plan.device) for nbytes in tables)
 
 

@@ -42,6 +42,7 @@ from .phimoe import Phimoe
 from .qwen2 import Qwen2, Qwen2Moe
 from .qwen3 import Qwen3, Qwen3Moe
 from .qwen3_next import Qwen3Next
+from .qwen3_5 import Qwen3_5MoeText, Qwen3_5Text
 from .roberta import Roberta, XLMRoberta
 from .starcoder2 import Starcoder2
 from .vision_encoders import VISION_ENCODER_FAMILIES
@@ -70,6 +71,8 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     DeepseekV3,
     GptOss,
     Qwen3Next,
+    Qwen3_5Text,
+    Qwen3_5MoeText,
     Cohere,
     Falcon,
     Bert,
@@ -102,6 +105,8 @@ MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
     "mistral3": "mistral",
     "qwen2_vl": "qwen2",
     "qwen2_5_vl": "qwen2",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
     "idefics3": "llama",
     "smolvlm": "llama",
 }

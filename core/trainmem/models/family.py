@@ -54,6 +54,9 @@ class DecoderFamily:
     """transformers' shared ``eager_attention_forward`` asks for an fp32 softmax (GPT-2's own does not)."""
     rope_concatenates: bool = False
     """RoPE ends with ``torch.cat([rotated, passed_through], dim=-1)`` (Phi-3's partial rotary)."""
+    rotary_tables_per_sample: bool = False
+    """The rotary tables have one row per sample, (b, s, d), not (1, s, d) (Qwen3.5's multimodal RoPE expands
+    the position ids over the batch): ``rotary_tables_bytes`` is then multiplied by the micro-batch rows."""
     not_counted: tuple[str, ...] = ()
     """Parts of the checkpoint the inventory leaves out (stated in the report)."""
 
