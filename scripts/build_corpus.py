@@ -105,13 +105,25 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return _report_differences({key: (committed[key], fresh[key]) for key in fresh}, "re-measured vs committed")
 
-    kept: dict[str, Measurement] = {}
     if arguments.only and arguments.output.exists():
-        kept = {m.id: m for m in load_corpus(arguments.output) if m.id in by_id}
-    kept.update(fresh)
-    write_corpus(kept.values(), arguments.output)
-    print(f"wrote {len(kept)} cases to {arguments.output}")
+        written = _merge_into_corpus(fresh, arguments.output, set(by_id))
+    else:
+        write_corpus(fresh.values(), arguments.output)
+        written = len(fresh)
+    print(f"wrote {written} cases to {arguments.output}")
     return 0
+
+
+def _merge_into_corpus(fresh: dict[str, Measurement], path: Path, known_ids: set[str]) -> int:
+    """``--only``: the re-measured cases replace their lines; every other line is kept byte for byte (a
+    re-dump would rewrite old setups with fields added since they were measured), all sorted by id."""
+    lines: dict[str, str] = {}
+    for measurement, line in zip(load_corpus(path), [text for text in path.read_text(encoding="utf-8").splitlines() if text.strip()]):
+        if measurement.id in known_ids:
+            lines[measurement.id] = line
+    lines.update({case_id: dump_measurement(measurement) for case_id, measurement in fresh.items()})
+    path.write_text("".join(lines[case_id] + "\n" for case_id in sorted(lines)), encoding="utf-8")
+    return len(lines)
 
 
 def _report_differences(pairs: dict[str, tuple[Measurement, Measurement]], what: str) -> int:
