@@ -18,6 +18,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from ._base import FrozenModel
 from .errors import FieldError
 from .tasks import TaskKind
+from .text_tower import TextTower
 
 Probability = Field(default=0.0, ge=0.0, lt=1.0)
 
@@ -226,6 +227,9 @@ class Architecture(FrozenModel):
     layer_scale: bool = Field(default=False, description="DINOv2: each sub-block's output is scaled by a learned vector.")
     mask_token: bool = Field(default=False, description="DINOv2's use_mask_token: a (1, h) parameter masked image modelling reads.")
     pooling_head: bool = Field(default=False, description="SigLIP's vision_use_head: the attention-pooling head.")
+    text_tower: Optional[TextTower] = Field(
+        default=None, description="CLIP / SigLIP dual encoders: the text tower the contrastive task trains (text_tower.py)."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:

@@ -383,13 +383,28 @@ class _TowerFamily(VisionEncoderFamily):
             used = t.name.startswith("post_layernorm") and self.final_norm_on_tokens
             group = ("norms" if t.name.startswith("post_layernorm") else "lm_head") if used else UNUSED_GROUP
             tensors.append(t._replace(name=f"vision_model.{t.name}", group=group))
+        if arch.task == "contrastive" and arch.text_tower is not None:  # CLIPModel / SiglipModel (text_tower.py)
+            from ..text_tower import contrastive_tensors, text_tower_tensors
+
+            tensors = [t._replace(group="norms" if "norm" in t.name else "lm_head") if t.group == UNUSED_GROUP else t
+                       for t in tensors]  # CLIP's post_layernorm of [CLS], SigLIP's pooling head: read by the loss
+            return tensors + text_tower_tensors(arch.text_tower) + contrastive_tensors(arch.text_tower, arch.hidden_size)
         return tensors + self.classifier(arch, arch.hidden_size)
+
+    def buffer_bytes(self, arch: Architecture) -> int:
+        """The vision tower's int64 ``position_ids``, and the text tower's under the contrastive task."""
+        text = arch.text_tower if arch.task == "contrastive" else None
+        return arch.max_position_embeddings * 8 + (text.max_position_embeddings * 8 if text is not None else 0)
 
     def read_config(self, fields: ConfigFields) -> Architecture:
         from ..vision.readers import TOWER_DEFAULTS
 
         model_type = fields.string("model_type")
+        text_tower = None
         if self.vision_config_key is not None:
+            from ..text_tower import read_text_tower
+
+            text_tower = read_text_tower(model_type, fields)
             vision = fields.mapping(self.vision_config_key) or {}
             labels = {k: fields.config[k] for k in ("num_labels", "id2label") if k in fields.config}
             fields = ConfigFields({**vision, **labels, "model_type": model_type}, fields.path(self.vision_config_key))
@@ -406,6 +421,7 @@ class _TowerFamily(VisionEncoderFamily):
             max_position_embeddings=(image // patch) ** 2 + int(self.class_token),
             image_size=image, patch_size=patch, num_channels=channels, class_tokens=int(self.class_token),
             pooling_head=use_head,
+            text_tower=text_tower,
         )
 
 
@@ -422,6 +438,7 @@ class Clip(ClipVision):
 
     model_type = "clip"
     vision_config_key = "vision_config"
+    tasks = ("image_classification", "contrastive")
 
 
 class SiglipVision(_TowerFamily):
@@ -442,6 +459,7 @@ class Siglip(SiglipVision):
 
     model_type = "siglip"
     vision_config_key = "vision_config"
+    tasks = ("image_classification", "contrastive")
 
 
 VISION_ENCODER_FAMILIES = (Vit, Dinov2, Dinov2WithRegisters, ClipVision, Clip, SiglipVision, Siglip)
