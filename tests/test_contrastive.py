@@ -20,8 +20,8 @@ TEXT = {"vocab_size": 1000, "hidden_size": 48, "intermediate_size": 96, "num_hid
         "num_attention_heads": 4, "max_position_embeddings": 24}
 SMALL = {
     "clip": {"model_type": "clip", "projection_dim": 32, "vision_config": TOWER, "text_config": TEXT},
-    "siglip": {"model_type": "siglip", "vision_config": TOWER, "text_config": TEXT},
-    "siglip-projection": {"model_type": "siglip", "vision_config": TOWER, "text_config": {**TEXT, "projection_size": 40}},
+    "siglip": {"model_type": "siglip", "vision_config": TOWER, "text_config": {**TEXT, "hidden_size": 64}},
+    "siglip-projection": {"model_type": "siglip", "vision_config": TOWER, "text_config": {**TEXT, "projection_size": 64}},
 }
 
 
@@ -110,3 +110,15 @@ def test_contrastive_on_a_clip_config_without_a_text_config(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.startswith("trainmem: error: task.kind:") and "text_config" in err and len(err.splitlines()) == 1
+
+
+def test_siglip_text_head_must_match_the_vision_width(tmp_path, capsys):
+    import json
+
+    from trainmem.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "siglip", "vision_config": TOWER, "text_config": TEXT}))
+    assert main(["estimate", "--hf-config", str(path), "--task", "contrastive"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("trainmem: error: model.hf_config.text_config.projection_size:"), err
