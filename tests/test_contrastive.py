@@ -69,6 +69,13 @@ def test_sequence_length_defaults_to_the_text_positions():
     assert setup_of({"preset": "siglip-base-patch16-224"}).sequence_length == 64
 
 
+def test_the_siglip_pairs_grow_with_the_square_of_the_batch_too():
+    config = SMALL["siglip"]
+    peaks = [estimate(setup_of({"hf_config": config}, micro_batch_size=b, sequence_length=16)).peak_allocated_bytes
+             for b in (1024, 2048, 4096)]
+    assert peaks[2] - peaks[1] > 1.5 * (peaks[1] - peaks[0])
+
+
 def _head_working_bytes(batch: int) -> int:
     report = estimate(setup_of({"hf_config": SMALL["clip"]}, micro_batch_size=batch, sequence_length=16))
     return report.peak_allocated_bytes
@@ -88,6 +95,8 @@ def test_the_logit_matrix_grows_with_the_square_of_the_batch():
         (["--preset", "vit-base-patch16-224", "--task", "contrastive"], "task.kind"),
         (["--preset", "clip-vit-base-patch32", "--task", "contrastive", "--seq-len", "78"], "sequence_length"),
         (["--preset", "siglip-base-patch16-224", "--task", "contrastive", "--seq-len", "65"], "sequence_length"),
+        (["--preset", "clip-vit-base-patch32", "--task", "contrastive", "--checkpointing", "full"], "activation_checkpointing"),
+        (["--preset", "clip-vit-base-patch32", "--task", "masked_lm"], "task.kind"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(argv, field, capsys):

@@ -32,6 +32,11 @@ def image_sequence_length(setup: Setup, arch: Architecture) -> int:
             raise FieldError("images.videos_per_sample", f"a {arch.model_type} encoder takes no video input")
     text = arch.text_tower if arch.task == "contrastive" else None
     if text is not None:  # a dual encoder's sequence_length is its text's (text_tower.py); left out: the whole table
+        if setup.activation_checkpointing != "none":  # the text tower is replayed inside the head (vision/contrastive.py)
+            raise FieldError(
+                "activation_checkpointing",
+                f"activation checkpointing of a {arch.model_type} dual encoder's text tower is not modelled yet; use none",
+            )
         if "sequence_length" not in setup.model_fields_set:
             return text.max_position_embeddings
         if setup.sequence_length > text.max_position_embeddings:
