@@ -438,7 +438,8 @@ class ClipVision(_TowerFamily):
 
 
 class Clip(ClipVision):
-    """A ``clip`` dual-encoder config trained as ``CLIPForImageClassification``: only its vision tower is built."""
+    """A ``clip`` dual-encoder config: ``CLIPForImageClassification`` builds only its vision tower; the
+    ``contrastive`` task (``CLIPModel``) adds the text tower and projections (``text_tower.py``)."""
 
     model_type = "clip"
     vision_config_key = "vision_config"
@@ -459,7 +460,8 @@ class SiglipVision(_TowerFamily):
 
 
 class Siglip(SiglipVision):
-    """A ``siglip`` dual-encoder config trained as ``SiglipForImageClassification``: only its vision tower."""
+    """A ``siglip`` dual-encoder config: ``SiglipForImageClassification`` builds only its vision tower; the
+    ``contrastive`` task (``SiglipModel``) adds the text tower, its head, logit_scale and logit_bias."""
 
     model_type = "siglip"
     vision_config_key = "vision_config"
