@@ -32,11 +32,13 @@ def vision_case(
     num_labels: int = 10,
     fake: bool = False,
     description: str = "",
+    sequence_length: int = 0,
 ) -> dict[str, Any]:
     model_spec = {"preset": model} if isinstance(model, str) else {"hf_config": dict(model)}
+    task = {"kind": "contrastive"} if sequence_length else {"kind": "image_classification", "num_labels": num_labels}
     setup = {
         "model": model_spec,
-        "task": {"kind": "image_classification", "num_labels": num_labels},
+        "task": task,
         "micro_batch_size": batch,
         "precision": precision,
         "optimizer": {"name": "adamw"},
@@ -44,8 +46,18 @@ def vision_case(
         "attention": attention,
         "runtime": {"device": "cpu"},
     }
+    if sequence_length:  # the contrastive task (CLIPModel / SiglipModel): the text's length
+        setup["sequence_length"] = sequence_length
     return {"id": case_id, "description": description, "fake": fake, "setup": setup}
 
+
+TEXT_SMALL = {"vocab_size": 1000, "hidden_size": 96, "intermediate_size": 384, "num_hidden_layers": 2,
+              "num_attention_heads": 4}
+CLIP_SMALL = {"model_type": "clip", "projection_dim": 64,
+              "vision_config": {k: v for k, v in CLIP_VISION_SMALL.items() if k != "model_type"},
+              "text_config": {**TEXT_SMALL, "max_position_embeddings": 77}}
+SIGLIP_SMALL = {"model_type": "siglip", "vision_config": {k: v for k, v in SIGLIP_VISION_SMALL.items() if k != "model_type"},
+                "text_config": {**TEXT_SMALL, "max_position_embeddings": 64, "projection_size": 128}}
 
 # fmt: off
 VISION_ENCODER_CASES: list[dict[str, Any]] = [
@@ -66,6 +78,15 @@ VISION_ENCODER_CASES: list[dict[str, Any]] = [
                 description="CLIPForImageClassification: pre_layrnorm, quick_gelu, mean patch."),
     vision_case("siglipvision-small-fp32-imgcls-sdpa-96px-b8", SIGLIP_VISION_SMALL, batch=8,
                 description="SiglipForImageClassification: no [CLS], mean token; the pooling head is unused."),
+    # ---------------------------------------------------------------- contrastive dual encoders (CLIPModel, SiglipModel)
+    vision_case("clip-small-fp32-contrastive-sdpa-96px-s32-b4", CLIP_SMALL, batch=4, sequence_length=32,
+                description="CLIPModel(return_loss=True): both towers, projections, 4x4 logits, two cross-entropies."),
+    vision_case("clip-small-fp32-contrastive-sdpa-96px-s32-b32", CLIP_SMALL, batch=32, sequence_length=32,
+                description="The same CLIP with 32 pairs: 32x32 logits."),
+    vision_case("clip-small-fp32-contrastive-sdpa-96px-s32-b32-fake", CLIP_SMALL, batch=32, sequence_length=32,
+                fake=True),
+    vision_case("siglip-small-fp32-contrastive-sdpa-96px-s32-b16", SIGLIP_SMALL, batch=16, sequence_length=32,
+                description="SiglipModel(return_loss=True): attention-pooling head, text head, sigmoid loss over 16x16 pairs."),
     # ---------------------------------------------------------------- published models (fake tensors)
     vision_case("vit-base-fp32-imgcls-224px-b32-fake", "vit-base-patch16-224", batch=32, num_labels=1000, fake=True,
                 description="google/vit-base-patch16-224 fine-tuned on ImageNet-1k labels, fp32 AdamW."),

@@ -19,6 +19,7 @@ from ._base import FrozenModel
 from .disentangled import DisentangledAttention
 from .errors import FieldError
 from .tasks import TaskKind
+from .text_tower import TextTower
 
 Probability = Field(default=0.0, ge=0.0, lt=1.0)
 
@@ -251,6 +252,9 @@ class Architecture(FrozenModel):
     # ---- DeBERTa-v2/v3 (models/deberta_v2.py)
     disentangled: Optional[DisentangledAttention] = Field(
         default=None, description="DeBERTa's disentangled attention and relative position embeddings."
+    )
+    text_tower: Optional[TextTower] = Field(
+        default=None, description="CLIP / SigLIP dual encoders: the text tower the contrastive task trains (text_tower.py)."
     )
 
     @model_validator(mode="after")

@@ -276,12 +276,15 @@ def trace_task_head(
     kernels: LayerKernels,
     trainability: Trainability,
     parameter_grads_exist: bool = False,
+    text_sequence_length: int = 0,
 ) -> Trace:
-    """The task head and its loss on the last layer's output."""
+    """The task head and its loss on the last layer's output (``text_sequence_length``: the contrastive task's text)."""
     from .models import family_for
 
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     program = family_for(arch).program()(arch, shape, kernels, trainability, tape)
+    if text_sequence_length:
+        program.text_sequence_length = text_sequence_length
     x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, True)
     loss = program.task_head(x)
     tape.release(x)

@@ -99,6 +99,8 @@ def _shape(plan: Plan, kind: Optional[Architecture] = None) -> LayerShape:
     rows, row_tokens = packing.row_shape(setup)
     rows = encoded_sequences(arch, rows)
     seq = row_tokens // cp
+    if arch.task == "contrastive":  # the main path is the vision tower; sequence_length is the text's (vision/contrastive.py)
+        seq = arch.image_tokens
     tokens = rows * seq
     kv_heads = max(1, arch.kv_heads // tp)
     return LayerShape(
@@ -234,7 +236,9 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         head_shape = dtensor_tp.loss_head_shape(plan, shape)
         if arch.task != "causal_lm":  # an encoder's task head (heads.py)
             head = _cached(
-                ("task_head", key), lambda: trace_task_head(arch, head_shape, kernels, trainability, grads_exist)
+                ("task_head", key, plan.setup.sequence_length),
+                lambda: trace_task_head(arch, head_shape, kernels, trainability, grads_exist,
+                                        plan.setup.sequence_length if arch.task == "contrastive" else 0),
             )
         elif plan.setup.training.mode == "gkd":
             head = _cached(

@@ -26,6 +26,12 @@ encoder (BERT family, ``models/encoder.py``) trains one of the heads transformer
   patch for DINOv2, the mean patch for CLIP, the mean token for SigLIP) into a ``classifier``;
   cross-entropy over ``num_labels`` logits per image (``<Family>ForImageClassification``).
 
+* ``contrastive``: a CLIP or SigLIP dual encoder (``CLIPModel`` / ``SiglipModel`` with ``return_loss=True``,
+  ``text_tower.py``, ``vision/contrastive.py``): ``micro_batch_size`` (image, text) pairs; both towers run, their
+  pooled outputs are projected and L2-normalised, and the b×b matrix of scaled similarities is the loss's input
+  (CLIP: cross-entropy over its rows and over its columns; SigLIP: ``-logsigmoid`` of all b² pairs). The logit
+  matrix grows with the square of the batch; the towers' activations with b. ``sequence_length`` is the text's.
+
 Which heads a family has is the family's ``tasks``; asking for another is a one-line error naming
 ``task.kind``.
 """
@@ -43,10 +49,12 @@ if TYPE_CHECKING:
     from .architecture import Architecture
 
 TaskKind = Literal[
-    "causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding", "image_classification"
+    "causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding", "image_classification",
+    "contrastive",
 ]
 TASK_KINDS: tuple[str, ...] = (
-    "causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding", "image_classification"
+    "causal_lm", "sequence_classification", "token_classification", "masked_lm", "embedding", "image_classification",
+    "contrastive",
 )
 MAX_LABELS = 1_000_000
 
@@ -59,7 +67,7 @@ class Task(FrozenModel):
     kind: Optional[TaskKind] = Field(
         default=None,
         description="causal_lm (decoders), sequence_classification, token_classification, masked_lm or embedding "
-        "(encoders: contrastive, in-batch negatives), image_classification (vision encoders). Default: the family's usual head (causal_lm for decoders, "
+        "(encoders: contrastive, in-batch negatives), image_classification (vision encoders), contrastive (CLIP / SigLIP image-text pairs). Default: the family's usual head (causal_lm for decoders, "
         "sequence_classification for encoders).",
     )
     num_labels: PositiveInt = Field(
@@ -95,6 +103,8 @@ def apply_task(arch: Architecture, task: Task, field: str = "task.kind") -> Arch
             field,
             f"the {name} family has no {kind} head; allowed: {', '.join(tasks)}",
         )
+    if kind == "contrastive" and arch.text_tower is None:
+        raise FieldError(field, f"contrastive needs both towers: this {arch.model_type} config has no text_config")
     if kind == arch.task and task.num_labels == arch.num_labels:
         return arch
     update: dict[str, object] = {"task": kind, "num_labels": task.num_labels}
@@ -187,6 +197,9 @@ def task_description(arch: Architecture) -> str:
         return f"{arch.task} head ({arch.num_labels} labels)"
     if arch.task == "embedding":
         return "embedding (contrastive, in-batch negatives: 2 sequences per pair)"
+    if arch.task == "contrastive":
+        loss = "sigmoid over b² pairs" if arch.text_tower is not None and arch.text_tower.kind == "siglip" else "two cross-entropies"
+        return f"contrastive image-text pairs (b × b logits, {loss})"
     return f"{arch.task} head"
 
 
@@ -215,6 +228,8 @@ def label_bytes(arch: Architecture, micro_batch_size: int, sequence_length: int)
     the embedding task builds its diagonal labels inside the loss)."""
     if arch.task in ("sequence_classification", "image_classification"):
         return micro_batch_size * 8
+    if arch.task == "contrastive":  # no labels: the text's int64 input_ids (the diagonal is built in the loss)
+        return micro_batch_size * sequence_length * 8
     if arch.task in ("token_classification", "masked_lm"):
         return micro_batch_size * sequence_length * 8
     return 0

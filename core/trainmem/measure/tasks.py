@@ -34,6 +34,7 @@ def model_class(task: str) -> Any:
         "masked_lm": transformers.AutoModelForMaskedLM,
         "embedding": transformers.AutoModel,
         "image_classification": transformers.AutoModelForImageClassification,
+        "contrastive": transformers.AutoModel,  # CLIPModel / SiglipModel
     }[task]
 
 
@@ -58,6 +59,14 @@ class TaskBatch:
             self.input_ids, self.labels = image_batch(arch, micro_batch_size, device)
             self.attention_mask = None
             return
+        if arch.task == "contrastive":  # (image, text) pairs: pixel_values and the text's input_ids
+            from .vision_encoders import image_batch
+
+            self.pixel_values, _ = image_batch(arch, micro_batch_size, device)
+            assert arch.text_tower is not None
+            self.input_ids = torch.randint(0, arch.text_tower.vocab_size, (micro_batch_size, sequence_length), device=device)
+            self.labels, self.attention_mask = None, None
+            return
         sequences = 2 * micro_batch_size if arch.task == "embedding" else micro_batch_size
         self.input_ids = torch.randint(0, vocab_size, (sequences, sequence_length), device=device)
         self.labels: Optional[torch.Tensor] = None
@@ -72,10 +81,13 @@ class TaskBatch:
             self.attention_mask = torch.ones((sequences, sequence_length), dtype=torch.long, device=device)
 
     def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.input_ids, self.labels, self.attention_mask) if t is not None]
+        return [t for t in (self.input_ids, self.labels, self.attention_mask, getattr(self, "pixel_values", None))
+                if t is not None]
 
     def loss(self, module: torch.nn.Module, mark_loss: Optional[Any] = None, **kwargs: Any) -> torch.Tensor:
         """The step's loss; ``mark_loss`` is called where the loss begins (after the bare encoder)."""
+        if self.task == "contrastive":  # CLIPModel / SiglipModel(return_loss=True)
+            return module(input_ids=self.input_ids, pixel_values=self.pixel_values, return_loss=True, **kwargs).loss
         if self.task == "image_classification":
             return module(pixel_values=self.input_ids, labels=self.labels, **kwargs).loss
         if self.task != "embedding":
@@ -108,4 +120,8 @@ def head_module(model: torch.nn.Module) -> Optional[torch.nn.Module]:
         for module_name, module in model.named_modules():
             if module_name.rsplit(".", 1)[-1] == name and module is not None:
                 return module
+    modules = dict(model.named_modules())
+    for path in ("text_projection", "text_model.head"):  # a dual encoder: the last module before the similarities
+        if modules.get(path) is not None:
+            return modules[path]
     return None

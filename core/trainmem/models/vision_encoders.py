@@ -383,13 +383,28 @@ class _TowerFamily(VisionEncoderFamily):
             used = t.name.startswith("post_layernorm") and self.final_norm_on_tokens
             group = ("norms" if t.name.startswith("post_layernorm") else "lm_head") if used else UNUSED_GROUP
             tensors.append(t._replace(name=f"vision_model.{t.name}", group=group))
+        if arch.task == "contrastive" and arch.text_tower is not None:  # CLIPModel / SiglipModel (text_tower.py)
+            from ..text_tower import contrastive_tensors, text_tower_tensors
+
+            tensors = [t._replace(group="norms" if "norm" in t.name else "lm_head") if t.group == UNUSED_GROUP else t
+                       for t in tensors]  # CLIP's post_layernorm of [CLS], SigLIP's pooling head: read by the loss
+            return tensors + text_tower_tensors(arch.text_tower) + contrastive_tensors(arch.text_tower, arch.hidden_size)
         return tensors + self.classifier(arch, arch.hidden_size)
+
+    def buffer_bytes(self, arch: Architecture) -> int:
+        """The vision tower's int64 ``position_ids``, and the text tower's under the contrastive task."""
+        text = arch.text_tower if arch.task == "contrastive" else None
+        return arch.max_position_embeddings * 8 + (text.max_position_embeddings * 8 if text is not None else 0)
 
     def read_config(self, fields: ConfigFields) -> Architecture:
         from ..vision.readers import TOWER_DEFAULTS
 
         model_type = fields.string("model_type")
+        text_tower, top = None, fields
         if self.vision_config_key is not None:
+            from ..text_tower import read_text_tower
+
+            text_tower = read_text_tower(model_type, fields)
             vision = fields.mapping(self.vision_config_key) or {}
             labels = {k: fields.config[k] for k in ("num_labels", "id2label") if k in fields.config}
             fields = ConfigFields({**vision, **labels, "model_type": model_type}, fields.path(self.vision_config_key))
@@ -399,6 +414,10 @@ class _TowerFamily(VisionEncoderFamily):
                          act=fields.string("hidden_act", d["hidden_act"]))
         common["model_type"] = model_type
         use_head = fields.boolean("vision_use_head", True) if self.pooling_head else False
+        if text_tower is not None and text_tower.kind == "siglip" and text_tower.projection_dim != common["hidden_size"]:
+            raise ConfigFields({}, top.path("text_config")).fail(  # SiglipModel: text_embeds @ image_embeds.t()
+                "projection_size", f"the text head's output ({text_tower.projection_dim}) must equal the vision "
+                f"tower's hidden_size ({common['hidden_size']}): SigLIP compares them directly")
         return Architecture(
             **common,
             attention_qkv_bias=True,
@@ -406,6 +425,7 @@ class _TowerFamily(VisionEncoderFamily):
             max_position_embeddings=(image // patch) ** 2 + int(self.class_token),
             image_size=image, patch_size=patch, num_channels=channels, class_tokens=int(self.class_token),
             pooling_head=use_head,
+            text_tower=text_tower,
         )
 
 
@@ -418,10 +438,12 @@ class ClipVision(_TowerFamily):
 
 
 class Clip(ClipVision):
-    """A ``clip`` dual-encoder config trained as ``CLIPForImageClassification``: only its vision tower is built."""
+    """A ``clip`` dual-encoder config: ``CLIPForImageClassification`` builds only its vision tower; the
+    ``contrastive`` task (``CLIPModel``) adds the text tower and projections (``text_tower.py``)."""
 
     model_type = "clip"
     vision_config_key = "vision_config"
+    tasks = ("image_classification", "contrastive")
 
 
 class SiglipVision(_TowerFamily):
@@ -438,10 +460,12 @@ class SiglipVision(_TowerFamily):
 
 
 class Siglip(SiglipVision):
-    """A ``siglip`` dual-encoder config trained as ``SiglipForImageClassification``: only its vision tower."""
+    """A ``siglip`` dual-encoder config: ``SiglipForImageClassification`` builds only its vision tower; the
+    ``contrastive`` task (``SiglipModel``) adds the text tower, its head, logit_scale and logit_bias."""
 
     model_type = "siglip"
     vision_config_key = "vision_config"
+    tasks = ("image_classification", "contrastive")
 
 
 VISION_ENCODER_FAMILIES = (Vit, Dinov2, Dinov2WithRegisters, ClipVision, Clip, SiglipVision, Siglip)

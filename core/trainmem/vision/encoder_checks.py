@@ -3,7 +3,8 @@
 The processor resizes every image to the model's input (``Architecture.image_size``), so the tower's sequence
 is ``(image_size / patch_size)²`` patches plus its class tokens whatever the images' own size: ``sequence_length``
 is derived from it. Left out, it is set; given, it must agree (one line naming it otherwise). ``images``, when
-given, describes one image per sample (these models take exactly one).
+given, describes one image per sample (these models take exactly one). Under the ``contrastive`` task
+(CLIP, SigLIP) ``sequence_length`` is the text's, at most the text tower's ``max_position_embeddings``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,22 @@ def image_sequence_length(setup: Setup, arch: Architecture) -> int:
             )
         if images.videos_per_sample:
             raise FieldError("images.videos_per_sample", f"a {arch.model_type} encoder takes no video input")
+    text = arch.text_tower if arch.task == "contrastive" else None
+    if text is not None:  # a dual encoder's sequence_length is its text's (text_tower.py); left out: the whole table
+        if setup.activation_checkpointing != "none":  # the text tower is replayed inside the head (vision/contrastive.py)
+            raise FieldError(
+                "activation_checkpointing",
+                f"activation checkpointing of a {arch.model_type} dual encoder's text tower is not modelled yet; use none",
+            )
+        if "sequence_length" not in setup.model_fields_set:
+            return text.max_position_embeddings
+        if setup.sequence_length > text.max_position_embeddings:
+            raise FieldError(
+                "sequence_length",
+                f"sequence_length ({setup.sequence_length}) exceeds the {text.max_position_embeddings} text positions "
+                f"of this {arch.model_type} model (text_config.max_position_embeddings)",
+            )
+        return setup.sequence_length
     if "sequence_length" in setup.model_fields_set and setup.sequence_length != tokens:
         side, patch = arch.image_size, arch.patch_size
         extra = f" + {arch.class_tokens} class token{'s' if arch.class_tokens > 1 else ''}" if arch.class_tokens else ""

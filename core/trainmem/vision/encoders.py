@@ -100,12 +100,19 @@ class VisionEncoderProgram(LayerProgram):
         tape.release(context)
         return out
 
+    text_sequence_length = 0
+    """The contrastive task's text length (``Setup.sequence_length``), set by ``heads.trace_task_head``."""
+
     # ------------------------------------------------------------------ the head
     def head_parameter(self, numel: int) -> Sym:
         return Sym(numel, self.kernels.weight_dtype, self.trainability.trains(self.names.lm_head), "parameter")
 
     def task_head(self, x: Sym) -> Sym:
         """Last LayerNorm, pooling, classifier, cross-entropy; ``x`` is the last layer's output (b·s·h)."""
+        if self.arch.task == "contrastive":  # CLIP / SigLIP image-text pairs (vision/contrastive.py)
+            from .contrastive import trace_contrastive_head
+
+            return trace_contrastive_head(self, x, self.text_sequence_length)
         shape, tape, family = self.shape, self.tape, self.family
         h, batch, rows = shape.hidden, shape.batch, shape.stream_tokens
         hidden = x
