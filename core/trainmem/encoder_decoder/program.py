@@ -210,3 +210,10 @@ class BartLayerProgram(T5LayerProgram):
         if self.kernels.selective_recompute:
             self._forget_saved_since(first_saved, keep=(q, k, v))
         return out
+
+
+class WhisperLayerProgram(BartLayerProgram):
+    """``WhisperEncoderLayer`` / ``WhisperDecoderLayer``: BART's attention and MLP in T5's pre-LN order,
+    ``x + dropout(f(LayerNorm(x)))`` (transformers 5.24 models/whisper/modeling_whisper.py)."""
+
+    layer = T5LayerProgram.layer

@@ -54,6 +54,12 @@ class EncoderStack:
     def numel(self) -> int:
         return sum(t.numel for t in (*self.prelude, *self.postlude)) + self.num_layers * sum(t.numel for t in self.layer)
 
+    @property
+    def trainable_numel(self) -> int:
+        """Elements that require grad under full fine-tuning: all but the ``frozen`` group (Whisper's
+        ``embed_positions``, ``requires_grad_(False)`` in ``WhisperEncoder.__init__``)."""
+        return self.numel - sum(t.numel * copies for t, copies in self.tensors() if t.group == "frozen")
+
     def tensors(self) -> list[tuple[ParameterTensor, int]]:
         """(tensor, copies) of every encoder tensor."""
         return [(t, 1) for t in self.prelude] + [(t, self.num_layers) for t in self.layer] + [(t, 1) for t in self.postlude]
