@@ -226,7 +226,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             else plan.family.trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, checkpointing)
             if arch.bidirectional
             else encoder_step.trace_seq2seq_embedding(arch, shape, kernels, trainability, grads_exist, tied, False)
-            if arch.cross_attention and arch.embedding_norm  # BART's learned positions and layernorm_embedding
+            if arch.cross_attention and (arch.embedding_norm or arch.num_mel_bins)  # BART's / Whisper's decoder
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
     head = None

@@ -19,6 +19,7 @@ from ..allocator import rounded
 from ..layers import LayerKernels
 from ..tape import DTYPE_BYTES
 from ..timeline import MemoryAccount
+from .audio import input_features_numel
 from .ends import trace_seq2seq_embedding  # noqa: F401  (simulate.py's embedding of BART's decoder)
 from .stack import ENCODER, encoder_pieces
 
@@ -45,6 +46,11 @@ def source_ids_bytes(plan: Plan) -> int:
     if plan.encoder is None:
         return 0
     batch = plan.setup.micro_batch_size
+    audio = plan.encoder.architecture
+    if audio.num_mel_bins:  # Whisper: fp32 input_features (b × mel × 2·S) instead of source ids
+        return rounded(input_features_numel(audio, batch) * 4, plan.device) + rounded(
+            batch * plan.setup.sequence_length * 8, plan.device
+        )
     return rounded(batch * plan.source_length * 8, plan.device) + rounded(
         batch * plan.setup.sequence_length * 8, plan.device
     )
@@ -82,7 +88,7 @@ def shared_gradient_bytes(plan: Plan, stored: Callable[[int], int]) -> int:
     so the autograd engine holds the sum of the head's and the decoder's gradients in its input buffer
     until the encoder's embedding has added its own, and only then is it ``.grad`` (0 when ``shared`` is
     frozen, or when the stored gradient is not local: ZeRO buckets, offload)."""
-    if not encoder_trains(plan):
+    if not encoder_trains(plan) or plan.encoder.architecture.num_mel_bins:  # Whisper's encoder reads no tokens
         return 0
     produced = rounded(plan.architecture.vocab_size * plan.architecture.hidden_size * 4, plan.device)
     return produced if stored(produced) == produced else 0
