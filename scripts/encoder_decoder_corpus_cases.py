@@ -98,8 +98,6 @@ ENCODER_DECODER_CASES: list[dict[str, Any]] = [
                  precision="amp-bf16"),
     seq2seq_case("whisper-small-layout-fp32-sdpa-b4-src100-tgt32", WHISPER_SMALL, batch=4, source=100, target=32,
                  attention="sdpa"),
-    seq2seq_case("whisper-small-layout-lora-fp32-eager-b4-src100-tgt48", WHISPER_SMALL, batch=4, source=100, target=48,
-                 lora={"r": 8}, description="LoRA with PEFT's default targets for whisper (q_proj, v_proj of both stacks)."),
     # ---------------------------------------------------------------- published models (fake tensors)
     seq2seq_case("t5-small-fp32-eager-b8-src512-tgt128-fake", "t5-small", batch=8, source=512, target=128, fake=True),
     seq2seq_case("flan-t5-base-ampbf16-eager-b8-src512-tgt128-fake", "flan-t5-base", batch=8, source=512, target=128,

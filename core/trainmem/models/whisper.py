@@ -23,7 +23,8 @@ Counting rules (checked against transformers 5.24 on the meta device in tests/te
   MLP             fc1 h×f + f, fc2 f×h + h
   norms           LayerNorm 2h before each sub-block (2 per encoder layer, 3 per decoder layer)
 
-PEFT's default LoRA targets for ``whisper``: q_proj, v_proj (``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``).
+PEFT 0.21 has no default LoRA targets for ``whisper`` (``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``):
+``target_modules`` must be given, as PEFT requires (the usual choice: q_proj, v_proj).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Whisper(Bart):
     model_type = "whisper"
     names: T5Names = WHISPER_NAMES
     encoder_names: T5Names = WHISPER_NAMES
-    lora_default_targets: Optional[tuple[str, ...]] = ("q_proj", "v_proj")
+    lora_default_targets: Optional[tuple[str, ...]] = None  # PEFT 0.21 has no default for whisper: give target_modules
     has_final_norm = True
     final_norm_dropout = False  # WhisperDecoder / WhisperEncoder: layer_norm, no dropout after it
     final_logits_bias = False
