@@ -881,6 +881,7 @@ def _micro_batch(
         account.set("activations", "embedding output", 0)
         account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
         account.set("activations", stacks.DISCARDED, 0)  # the model's output object is dropped after the loss
+        encoder_step.end_forward(plan, account, _kernels(plan, False))
         account.set("activations", "pipeline stage output", pipelining.output_bytes(plan, stage), pipelining.OUTPUT_DETAIL)
         account.add(
             "activations",

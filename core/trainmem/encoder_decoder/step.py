@@ -71,6 +71,23 @@ def forward(plan: Plan, account: MemoryAccount, micro_batch: int, suffix: str, k
         account.set("activations", BIAS, position_bias_bytes(plan), "the relative position bias, kept by the checkpoints")
 
 
+def end_forward(plan: Plan, account: MemoryAccount, kernels: LayerKernels) -> None:
+    """When the model's output object is dropped after the loss: under autocast no decoder layer saved the
+    encoder output itself (each cross-attention K/V projection saved its own low-precision cast), so the
+    reference in ``Seq2SeqLMOutput.encoder_last_hidden_state`` was its last one and it is freed here, before
+    the loss's backward (measured, torch 2.13 CPU autocast: Whisper's fp32 encoder output, and BART's).
+
+    Only where the encoder ends with its norm: T5's encoder output is its final dropout's, and the real
+    t5v11-small AMP case was measured with it still alive at the loss's backward (not explained yet; the
+    fake-tensor flan-t5-base case would have it freed), so T5 keeps the earlier rule."""
+    if plan.encoder is None or kernels.autocast is None or kernels.autocast == kernels.stream_dtype:
+        return
+    family = plan.family
+    ends_with_norm = not plan.encoder.postlude or not getattr(family, "final_norm_dropout", True)
+    if ends_with_norm:
+        account.set("activations", OUTPUT, 0)
+
+
 def output_gradient_bytes(plan: Plan, kernels: LayerKernels) -> int:
     if plan.encoder is None or not encoder_output_requires_grad(plan):
         return 0
