@@ -20,6 +20,13 @@ BART_SMALL = {"model_type": "bart", "vocab_size": 4096, "d_model": 128, "encoder
               "max_position_embeddings": 512, "dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1,
               "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2}
 
+#: Whisper's layout at a size a CPU runs: 128 encoder positions (input_features of 256 frames), 16 mel bins.
+WHISPER_SMALL = {"model_type": "whisper", "vocab_size": 1024, "num_mel_bins": 16, "d_model": 64, "encoder_layers": 2,
+                 "decoder_layers": 3, "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+                 "decoder_ffn_dim": 128, "max_source_positions": 128, "max_target_positions": 64, "dropout": 0.1,
+                 "attention_dropout": 0.0, "activation_dropout": 0.0, "pad_token_id": 1000, "bos_token_id": 1000,
+                 "eos_token_id": 1000, "decoder_start_token_id": 1001}
+
 
 def seq2seq_case(
     case_id: str,
@@ -84,10 +91,19 @@ ENCODER_DECODER_CASES: list[dict[str, Any]] = [
     seq2seq_case("bart-small-lora-fp32-eager-b4-src256-tgt64", BART_SMALL, batch=4, source=256, target=64,
                  lora={"r": 8}, description="LoRA with PEFT's default targets for bart (q_proj, v_proj)."),
     seq2seq_case("bart-small-fp32-sdpa-b4-src256-tgt64", BART_SMALL, batch=4, source=256, target=64, attention="sdpa"),
+    seq2seq_case("whisper-small-layout-fp32-eager-b4-src128-tgt48", WHISPER_SMALL, batch=4, source=128, target=48,
+                 description="Whisper layout (conv front end over 16 × 256 input_features, frozen sinusoidal encoder "
+                 "positions, pre-LN, tied proj_out), 2 encoder / 3 decoder layers."),
+    seq2seq_case("whisper-small-layout-ampbf16-eager-b4-src128-tgt48", WHISPER_SMALL, batch=4, source=128, target=48,
+                 precision="amp-bf16"),
+    seq2seq_case("whisper-small-layout-fp32-sdpa-b4-src128-tgt32", WHISPER_SMALL, batch=4, source=128, target=32,
+                 attention="sdpa"),
     # ---------------------------------------------------------------- published models (fake tensors)
     seq2seq_case("t5-small-fp32-eager-b8-src512-tgt128-fake", "t5-small", batch=8, source=512, target=128, fake=True),
     seq2seq_case("flan-t5-base-ampbf16-eager-b8-src512-tgt128-fake", "flan-t5-base", batch=8, source=512, target=128,
                  precision="amp-bf16", fake=True),
     seq2seq_case("bart-base-fp32-eager-b8-src512-tgt128-fake", "bart-base", batch=8, source=512, target=128, fake=True),
+    seq2seq_case("whisper-small-fp32-eager-b2-src1500-tgt128-fake", "whisper-small", batch=2, source=1500, target=128,
+                 fake=True),
 ]
 # fmt: on

@@ -249,6 +249,12 @@ class Architecture(FrozenModel):
     mlp_activation_dropout: float = Field(
         default=0.0, ge=0.0, lt=1.0, description="BART's activation_dropout: dropout between the MLP's activation and fc2."
     )
+    num_mel_bins: NonNegativeInt = Field(
+        default=0, description="Whisper: mel channels of the input_features its conv front end reads; 0 for a text encoder."
+    )
+    max_source_positions: Optional[PositiveInt] = Field(
+        default=None, description="Whisper: the encoder's fixed length (input_features always hold twice as many frames)."
+    )
     # ---- DeBERTa-v2/v3 (models/deberta_v2.py)
     disentangled: Optional[DisentangledAttention] = Field(
         default=None, description="DeBERTa's disentangled attention and relative position embeddings."

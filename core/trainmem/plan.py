@@ -316,7 +316,8 @@ class Plan:
         if stage.has_embedding and self.vision is not None:
             out += vision_slices(self.vision, self.setup)
         if stage.has_embedding and self.encoder is not None:
-            out += [Slice(t, t.numel, count, self.finetuning.method == "full", False, False) for t, count in self.encoder.tensors()]
+            out += [Slice(t, t.numel, count, self.finetuning.method == "full" and t.group != "frozen", False, False)
+                    for t, count in self.encoder.tensors()]  # "frozen": Whisper's sinusoidal positions
         frozen = self._frozen_groups[1]
         for kind, group, count in self.stage_layer_groups(stage):
             frozen_layers = sum(1 for i in group.indices if i in frozen and stage.first_layer <= i < stage.stop_layer)
@@ -392,7 +393,7 @@ class Plan:
         if self.inventory is None:
             return self.num_parameters
         vision = vision_trainable_numel(self.vision, self.setup) if self.vision is not None else 0
-        vision += self.encoder.numel if self.encoder is not None and self.finetuning.method == "full" else 0
+        vision += self.encoder.trainable_numel if self.encoder is not None and self.finetuning.method == "full" else 0
         if self.lora:
             return self.num_adapter_parameters + self.num_saved_module_parameters + vision
         inventory = self.inventory

@@ -226,7 +226,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             else plan.family.trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, checkpointing)
             if arch.bidirectional
             else encoder_step.trace_seq2seq_embedding(arch, shape, kernels, trainability, grads_exist, tied, False)
-            if arch.cross_attention and arch.embedding_norm  # BART's learned positions and layernorm_embedding
+            if arch.cross_attention and (arch.embedding_norm or arch.num_mel_bins)  # BART's / Whisper's decoder
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),
         )
     head = None
@@ -881,6 +881,7 @@ def _micro_batch(
         account.set("activations", "embedding output", 0)
         account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
         account.set("activations", stacks.DISCARDED, 0)  # the model's output object is dropped after the loss
+        encoder_step.end_forward(plan, account, _kernels(plan, False))
         account.set("activations", "pipeline stage output", pipelining.output_bytes(plan, stage), pipelining.OUTPUT_DETAIL)
         account.add(
             "activations",

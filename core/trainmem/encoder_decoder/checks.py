@@ -27,10 +27,11 @@ def check_encoder_decoder_setup(setup: Setup, arch: Optional[Architecture]) -> N
         )
         raise FieldError(
             "target_length",
-            f"only encoder-decoders (t5, mt5, bart) have a decoder length; {what}: give its tokens as sequence_length",
+            f"only encoder-decoders (t5, mt5, bart, whisper) have a decoder length; {what}: give its tokens as sequence_length",
         )
     if not encoder_decoder:
         return
+    check_audio_lengths(setup, arch)
     target = setup.target_length or setup.sequence_length
     if arch.max_target_positions is not None and target > arch.max_target_positions:
         raise FieldError(
@@ -65,3 +66,24 @@ def check_encoder_decoder_setup(setup: Setup, arch: Optional[Architecture]) -> N
         )
     if setup.training.mode != "sft":
         raise FieldError("training.mode", f"training mode {setup.training.mode!r} on an encoder-decoder ({name}) is not modelled yet; use sft")
+
+
+def check_audio_lengths(setup: Setup, arch: Architecture) -> None:
+    """Whisper: the encoder always runs over ``max_source_positions`` positions (``WhisperEncoder.forward``
+    refuses input_features of any other length than 2·max_source_positions frames, and the feature extractor
+    pads every clip to 30 s), so ``sequence_length`` must be that number; the decoder's tokens are
+    ``target_length``, which the model needs (its default, sequence_length, is above max_target_positions)."""
+    if not arch.max_source_positions:
+        return
+    if setup.sequence_length != arch.max_source_positions:
+        raise FieldError(
+            "sequence_length",
+            f"{arch.model_type}'s encoder always runs over max_source_positions = {arch.max_source_positions} positions "
+            f"(input_features padded to {2 * arch.max_source_positions} frames); give {arch.max_source_positions}, "
+            "and the decoder's tokens as target_length",
+        )
+    if setup.target_length is None:
+        raise FieldError(
+            "target_length",
+            f"{arch.model_type} needs the decoder's tokens per sample (at most max_target_positions = {arch.max_target_positions})",
+        )

@@ -33,11 +33,16 @@ def trace_seq2seq_embedding(
     out = tape.new(tokens * h, dtype, trains)
     tape.record("embedding", [Sym(tokens, "int64", False, "external")], [weight], [out])
     if arch.position_embedding == "learned":
-        scaled = tape.scale(out)  # BartScaledWordEmbedding: * embed_scale (1.0 or sqrt(d_model)), a new tensor
-        tape.release(out)
-        rows = tokens if positions_per_sample else shape.seq
+        family = family_for(arch)
+        scaled = out
+        if getattr(family, "embedding_scale_op", True):
+            scaled = tape.scale(out)  # BartScaledWordEmbedding: * embed_scale (1.0 or sqrt(d_model)), a new tensor
+            tape.release(out)
+        # Whisper's decoder: position_ids = arange(t).unsqueeze(0).repeat(b, 1), then embed_positions.weight[position_ids]
+        rows = tokens if positions_per_sample or arch.num_mel_bins else shape.seq
         ids = tape.new(rows, "int64", False)  # position_ids + offset
-        table = Sym((arch.max_position_embeddings + 2) * h, dtype, trainability.trains(names.embed_positions), "parameter")
+        offset = getattr(family, "position_offset", 2)
+        table = Sym((arch.max_position_embeddings + offset) * h, dtype, trainability.trains(names.embed_positions), "parameter")
         positions = tape.new(rows * h, dtype, table.requires_grad)
         tape.record("embedding", [ids], [table], [positions])
         tape.release(ids)
@@ -72,7 +77,7 @@ def trace_seq2seq_loss_head(
     if family.has_final_norm:  # T5Stack: final_layer_norm, then dropout
         normed = program.norm(family.names.final_norm, x, tokens, h)
         tape.release(x)
-        hidden = tape.dropout(normed, arch.residual_dropout)
+        hidden = tape.dropout(normed, arch.residual_dropout if getattr(family, "final_norm_dropout", True) else 0.0)
         if hidden is not normed:
             tape.release(normed)
     if arch.decoder_output_scale:  # T5 v1.0: sequence_output * d_model**-0.5

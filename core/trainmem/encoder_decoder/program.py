@@ -210,3 +210,23 @@ class BartLayerProgram(T5LayerProgram):
         if self.kernels.selective_recompute:
             self._forget_saved_since(first_saved, keep=(q, k, v))
         return out
+
+
+class WhisperLayerProgram(BartLayerProgram):
+    """``WhisperEncoderLayer`` / ``WhisperDecoderLayer``: BART's attention and MLP in T5's pre-LN order,
+    ``x + dropout(f(LayerNorm(x)))`` (transformers 5.24 models/whisper/modeling_whisper.py)."""
+
+    layer = T5LayerProgram.layer
+
+    def _attention_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """BART's kernels, but ``WhisperAttention`` hands SDPA contiguous (b, a, s, d) queries
+        (``(q_proj(x) * scaling).view(...).transpose(1, 2).contiguous()``), so the fused kernel's output,
+        laid out like the query, is (b, a, s, d) too, and ``attn_output.transpose(1, 2).contiguous()`` copies
+        it: the kernel keeps its output for backward and ``out_proj`` saves the copy (measured, torch 2.13 CPU
+        flash attention: one clone per attention call; BART's transposed query views need no copy)."""
+        out = super()._attention_core(q, k, v)
+        if self.kernels.attention != "fused":
+            return out
+        copied = self.tape.copy(out)
+        self.tape.release(out)
+        return copied

@@ -31,6 +31,7 @@ from ..models import family_for
 from ..models.blocks import ParameterTensor
 from ..models.t5 import encoder_architecture
 from ..stacks import Piece, Stack
+from .audio import trace_audio_front_end
 from .ends import trace_seq2seq_embedding
 from ..tape import DTYPE_BYTES, Sym, Tape
 
@@ -53,6 +54,12 @@ class EncoderStack:
     @property
     def numel(self) -> int:
         return sum(t.numel for t in (*self.prelude, *self.postlude)) + self.num_layers * sum(t.numel for t in self.layer)
+
+    @property
+    def trainable_numel(self) -> int:
+        """Elements that require grad under full fine-tuning: all but the ``frozen`` group (Whisper's
+        ``embed_positions``, ``requires_grad_(False)`` in ``WhisperEncoder.__init__``)."""
+        return self.numel - sum(t.numel * copies for t, copies in self.tensors() if t.group == "frozen")
 
     def tensors(self) -> list[tuple[ParameterTensor, int]]:
         """(tensor, copies) of every encoder tensor."""
@@ -91,6 +98,8 @@ def _embedding(arch: Architecture, shape: LayerShape, kernels: LayerKernels, tra
     """The encoder's embedding (:func:`~trainmem.encoder_decoder.ends.trace_seq2seq_embedding`); the lookup's
     V×h gradient of ``shared`` is added into the one already pending (``parameter_grads_exist``)."""
     trainability = Trainability(lambda module: trains, lambda module: False)
+    if arch.num_mel_bins:  # Whisper: the conv front end over input_features (trainmem.encoder_decoder.audio)
+        return trace_audio_front_end(arch, shape, kernels, trainability, False)
     return trace_seq2seq_embedding(arch, shape, kernels, trainability, True, False, True)
 
 
@@ -101,7 +110,8 @@ def _final_norm(arch: Architecture, shape: LayerShape, kernels: LayerKernels, tr
     x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, True)
     normed = program.norm("encoder.final_layer_norm", x, shape.stream_tokens, shape.hidden)
     tape.release(x)
-    dropped = tape.dropout(normed, arch.embedding_dropout)
+    # Whisper's encoder ends with layer_norm alone (no dropout after it)
+    dropped = tape.dropout(normed, arch.embedding_dropout if getattr(family_for(arch), "final_norm_dropout", True) else 0.0)
     if dropped is not normed:
         tape.release(normed)
     return replay(tape, [dropped], tape.peak_live_bytes - x.nbytes, dropped.nbytes, False, False, x)

@@ -19,6 +19,7 @@ from ..allocator import rounded
 from ..layers import LayerKernels
 from ..tape import DTYPE_BYTES
 from ..timeline import MemoryAccount
+from .audio import input_features_numel
 from .ends import trace_seq2seq_embedding  # noqa: F401  (simulate.py's embedding of BART's decoder)
 from .stack import ENCODER, encoder_pieces
 
@@ -45,6 +46,11 @@ def source_ids_bytes(plan: Plan) -> int:
     if plan.encoder is None:
         return 0
     batch = plan.setup.micro_batch_size
+    audio = plan.encoder.architecture
+    if audio.num_mel_bins:  # Whisper: fp32 input_features (b × mel × 2·S) instead of source ids
+        return rounded(input_features_numel(audio, batch) * 4, plan.device) + rounded(
+            batch * plan.setup.sequence_length * 8, plan.device
+        )
     return rounded(batch * plan.source_length * 8, plan.device) + rounded(
         batch * plan.setup.sequence_length * 8, plan.device
     )
@@ -65,6 +71,23 @@ def forward(plan: Plan, account: MemoryAccount, micro_batch: int, suffix: str, k
         account.set("activations", BIAS, position_bias_bytes(plan), "the relative position bias, kept by the checkpoints")
 
 
+def end_forward(plan: Plan, account: MemoryAccount, kernels: LayerKernels) -> None:
+    """When the model's output object is dropped after the loss: under autocast no decoder layer saved the
+    encoder output itself (each cross-attention K/V projection saved its own low-precision cast), so the
+    reference in ``Seq2SeqLMOutput.encoder_last_hidden_state`` was its last one and it is freed here, before
+    the loss's backward (measured, torch 2.13 CPU autocast: Whisper's fp32 encoder output, and BART's).
+
+    Only where the encoder ends with its norm: T5's encoder output is its final dropout's, and the real
+    t5v11-small AMP case was measured with it still alive at the loss's backward (not explained yet; the
+    fake-tensor flan-t5-base case would have it freed), so T5 keeps the earlier rule."""
+    if plan.encoder is None or kernels.autocast is None or kernels.autocast == kernels.stream_dtype:
+        return
+    family = plan.family
+    ends_with_norm = not plan.encoder.postlude or not getattr(family, "final_norm_dropout", True)
+    if ends_with_norm:
+        account.set("activations", OUTPUT, 0)
+
+
 def output_gradient_bytes(plan: Plan, kernels: LayerKernels) -> int:
     if plan.encoder is None or not encoder_output_requires_grad(plan):
         return 0
@@ -82,7 +105,7 @@ def shared_gradient_bytes(plan: Plan, stored: Callable[[int], int]) -> int:
     so the autograd engine holds the sum of the head's and the decoder's gradients in its input buffer
     until the encoder's embedding has added its own, and only then is it ``.grad`` (0 when ``shared`` is
     frozen, or when the stored gradient is not local: ZeRO buckets, offload)."""
-    if not encoder_trains(plan):
+    if not encoder_trains(plan) or plan.encoder.architecture.num_mel_bins:  # Whisper's encoder reads no tokens
         return 0
     produced = rounded(plan.architecture.vocab_size * plan.architecture.hidden_size * 4, plan.device)
     return produced if stored(produced) == produced else 0

@@ -143,6 +143,10 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
         from transformers import AutoModelForSeq2SeqLM
 
         model_class = AutoModelForSeq2SeqLM
+        if architecture.num_mel_bins:  # Whisper: AutoModelForSpeechSeq2Seq's WhisperForConditionalGeneration
+            from transformers import AutoModelForSpeechSeq2Seq
+
+            model_class = AutoModelForSpeechSeq2Seq
         if getattr(config, "decoder_start_token_id", None) is None:  # _shift_right needs it; T5 checkpoints set 0
             config.decoder_start_token_id = 0
     if architecture is not None and architecture.task != "causal_lm":  # an encoder's task head (measure/tasks.py)

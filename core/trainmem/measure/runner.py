@@ -209,8 +209,10 @@ def _prepare(setup: Setup, fake: bool, device: torch.device) -> _Run:
         from .seq2seq import Seq2SeqBatch
 
         target = setup.target_length or setup.sequence_length
-        seq2seq_batch = Seq2SeqBatch(setup.micro_batch_size, setup.sequence_length, target, vocab_size, device)
-        step = TrainingStep(setup, model, optimizer.optimizer, seq2seq_batch.input_ids)
+        seq2seq_batch = Seq2SeqBatch(
+            setup.micro_batch_size, setup.sequence_length, target, vocab_size, device, architecture.num_mel_bins
+        )
+        step = TrainingStep(setup, model, optimizer.optimizer, seq2seq_batch.source)
         step.task_batch = seq2seq_batch
         return _Run(model, trainable, optimizer, step)
     if architecture is not None and architecture.task != "causal_lm":  # an encoder's task (measure/tasks.py)

@@ -48,6 +48,7 @@ from .starcoder2 import Starcoder2
 from .vision_encoders import VISION_ENCODER_FAMILIES
 from .t5 import MT5, T5
 from .bart import Bart
+from .whisper import Whisper
 
 _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     GPT2,
@@ -84,6 +85,7 @@ _FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
     T5,
     MT5,
     Bart,
+    Whisper,
     DebertaV2,
 )
 
