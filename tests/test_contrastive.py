@@ -108,17 +108,26 @@ def test_bad_input_is_one_line_naming_the_field(argv, field, capsys):
     assert len(err.splitlines()) == 1 and err.startswith(f"trainmem: error: {field}:"), err
 
 
-def test_contrastive_on_a_clip_config_without_a_text_config(tmp_path, capsys):
+def test_contrastive_on_a_vision_tower_config_is_refused(tmp_path, capsys):
+    """A ``clip_vision_model`` config has no text tower (a ``clip`` config without ``text_config`` gets the
+    default one, as CLIPConfig builds it)."""
     import json
 
     from trainmem.cli import main
 
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "clip", "vision_config": TOWER}))
+    path.write_text(json.dumps({**TOWER, "model_type": "clip_vision_model"}))
     code = main(["estimate", "--hf-config", str(path), "--task", "contrastive"])
     err = capsys.readouterr().err.strip()
     assert code == 2
-    assert err.startswith("trainmem: error: task.kind:") and "text_config" in err and len(err.splitlines()) == 1
+    assert err.startswith("trainmem: error: task.kind:") and "image_classification" in err and len(err.splitlines()) == 1
+
+
+def test_a_clip_config_without_text_config_gets_the_default_text_tower():
+    from trainmem.hf_config import architecture_from_hf_config
+
+    arch = architecture_from_hf_config({"model_type": "clip", "vision_config": TOWER})
+    assert arch.text_tower is not None and arch.text_tower.hidden_size == 512 and arch.text_tower.num_hidden_layers == 12
 
 
 def test_siglip_text_head_must_match_the_vision_width(tmp_path, capsys):

@@ -358,8 +358,9 @@ def test_every_catalog_gpu_and_optimizer_is_accepted():
     for name in optimizers():
         assert estimate({"model": "gpt2", "optimizer": name}).setup.optimizer.name == name
     for name, preset in presets().items():
-        image_encoder = "image_size" in preset.config or "vision_config" in preset.config and "text_config" not in preset.config
-        lengths = {} if image_encoder else {"sequence_length": 128}  # a vision encoder's sequence is its image's
+        image_encoder = "image_size" in preset.config or preset.config.get("model_type") in ("clip", "siglip")
+        audio = "num_mel_bins" in preset.config  # Whisper's encoder length is fixed by its config
+        lengths = {} if image_encoder or audio else {"sequence_length": 128}  # a vision encoder's sequence is its image's
         assert estimate({"model": name, **lengths}).num_parameters > 0
 
 

@@ -118,7 +118,6 @@ def test_amp_is_cheaper_than_fp32():
     ("arguments", "field"),
     [
         (["--preset", "whisper-small", "--seq-len", "512", "--target-len", "64"], "sequence_length"),
-        (["--preset", "whisper-small", "--seq-len", "1500"], "target_length"),
         (["--preset", "whisper-small", "--seq-len", "1500", "--target-len", "449"], "target_length"),
         (["--preset", "whisper-small", "--seq-len", "1500", "--target-len", "64", "--lora", "8"], "target_modules"),
     ],
@@ -149,3 +148,9 @@ def test_lora_trainable_counts_match_peft():
     p = plan({"hf_config": TINY}, finetuning={"method": "lora", "lora": {"r": 8, "target_modules": ["q_proj", "v_proj"]}})
     assert p.num_trainable_parameters == sum(x.numel() for x in model.parameters() if x.requires_grad)
     assert p.num_parameters == sum(x.numel() for x in model.parameters())
+
+
+def test_left_out_lengths_take_the_encoder_positions_and_the_longest_target():
+    setup = Setup(model="whisper-small")
+    assert (setup.sequence_length, setup.target_length) == (1500, 448)
+    assert Setup.model_validate(setup.model_dump()) == setup

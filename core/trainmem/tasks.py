@@ -105,6 +105,12 @@ def apply_task(arch: Architecture, task: Task, field: str = "task.kind") -> Arch
         )
     if kind == "contrastive" and arch.text_tower is None:
         raise FieldError(field, f"contrastive needs both towers: this {arch.model_type} config has no text_config")
+    if kind == "contrastive" and arch.text_tower.kind == "siglip" and arch.text_tower.projection_dim != arch.hidden_size:
+        raise FieldError(  # SiglipModel: text_embeds @ image_embeds.t() (checked only where the two meet)
+            "model.hf_config.text_config.projection_size",
+            f"the text head's output ({arch.text_tower.projection_dim}) must equal the vision tower's hidden_size "
+            f"({arch.hidden_size}): SigLIP compares them directly",
+        )
     if kind == arch.task and task.num_labels == arch.num_labels:
         return arch
     update: dict[str, object] = {"task": kind, "num_labels": task.num_labels}

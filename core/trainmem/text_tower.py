@@ -53,12 +53,12 @@ class TextTower(FrozenModel):
 
 
 def read_text_tower(kind: str, fields: Any) -> TextTower | None:
-    """The ``text_config`` of a ``clip`` / ``siglip`` config (``fields``: the top-level ConfigFields), or None."""
+    """The ``text_config`` of a ``clip`` / ``siglip`` config (``fields``: the top-level ConfigFields). A config
+    without one gets the text tower of the class defaults, as ``CLIPConfig`` / ``SiglipConfig`` build it
+    ("text_config is None. Initializing the CLIPTextConfig with default values.")."""
     from .models.fields import ConfigFields
 
-    text: Mapping[str, Any] | None = fields.mapping("text_config")
-    if not text:
-        return None
+    text: Mapping[str, Any] = fields.mapping("text_config") or {}
     sub = ConfigFields(dict(text), fields.path("text_config"))
     d = TEXT_DEFAULTS[kind]
     hidden = sub.integer("hidden_size", d["hidden_size"])

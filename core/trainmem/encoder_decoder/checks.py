@@ -72,9 +72,15 @@ def check_audio_lengths(setup: Setup, arch: Architecture) -> None:
     """Whisper: the encoder always runs over ``max_source_positions`` positions (``WhisperEncoder.forward``
     refuses input_features of any other length than 2·max_source_positions frames, and the feature extractor
     pads every clip to 30 s), so ``sequence_length`` must be that number; the decoder's tokens are
-    ``target_length``, which the model needs (its default, sequence_length, is above max_target_positions)."""
+    ``target_length``. Left out, ``sequence_length`` is filled in with ``max_source_positions`` and
+    ``target_length`` with ``max_target_positions`` (the longest label sequence the decoder takes: the
+    worst case, stated in the report's setup)."""
     if not arch.max_source_positions:
         return
+    if "sequence_length" not in setup.model_fields_set:
+        object.__setattr__(setup, "sequence_length", arch.max_source_positions)
+    if setup.target_length is None and arch.max_target_positions:
+        object.__setattr__(setup, "target_length", arch.max_target_positions)
     if setup.sequence_length != arch.max_source_positions:
         raise FieldError(
             "sequence_length",

@@ -414,10 +414,6 @@ class _TowerFamily(VisionEncoderFamily):
                          act=fields.string("hidden_act", d["hidden_act"]))
         common["model_type"] = model_type
         use_head = fields.boolean("vision_use_head", True) if self.pooling_head else False
-        if text_tower is not None and text_tower.kind == "siglip" and text_tower.projection_dim != common["hidden_size"]:
-            raise ConfigFields({}, top.path("text_config")).fail(  # SiglipModel: text_embeds @ image_embeds.t()
-                "projection_size", f"the text head's output ({text_tower.projection_dim}) must equal the vision "
-                f"tower's hidden_size ({common['hidden_size']}): SigLIP compares them directly")
         return Architecture(
             **common,
             attention_qkv_bias=True,
