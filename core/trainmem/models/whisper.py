@@ -29,12 +29,13 @@ PEFT 0.21 has no default LoRA targets for ``whisper`` (``TRANSFORMERS_MODELS_TO_
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from ..architecture import Architecture
 from . import blocks
 from .blocks import ParameterTensor
-from .bart import Bart
+from .bart import BART_NAMES, Bart
 from .fields import ConfigFields
 from .t5 import T5Names
 
@@ -55,31 +56,13 @@ CONV2_STRIDE = 2
 FROZEN = "frozen"
 
 
-def _names() -> T5Names:
-    return T5Names(
-        embed_tokens="model.decoder.embed_tokens",
-        embed_positions="model.decoder.embed_positions",
-        final_norm="model.decoder.layer_norm",
-        lm_head="proj_out",
-        input_norm="self_attn_layer_norm",
-        post_attention_norm="final_layer_norm",
-        q_proj="self_attn.q_proj",
-        k_proj="self_attn.k_proj",
-        v_proj="self_attn.v_proj",
-        o_proj="self_attn.out_proj",
-        mlp="",
-        fc1="fc1",
-        fc2="fc2",
-        cross_q="encoder_attn.q_proj",
-        cross_k="encoder_attn.k_proj",
-        cross_v="encoder_attn.v_proj",
-        cross_o="encoder_attn.out_proj",
-        cross_norm="encoder_attn_layer_norm",
-        relative_bias="",
-    )
-
-
-WHISPER_NAMES = _names()
+WHISPER_NAMES: T5Names = replace(
+    BART_NAMES,  # BART's block layout; only the ends differ
+    embed_tokens="model.decoder.embed_tokens",
+    embedding_norm="",
+    final_norm="model.decoder.layer_norm",
+    lm_head="proj_out",
+)
 
 
 class Whisper(Bart):
