@@ -162,6 +162,17 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         zero(2),
         "bf16-master-weights-fp32-grads",
     ),
+    *[
+        case(
+            f"zero{stage}-llama-7m-bf16-fp32grads-w{ranks}",
+            f"DeepSpeed ZeRO-{stage}, bf16, data_types.grad_accum_dtype fp32, {ranks} rank{'s' if ranks > 1 else ''}"
+            + (" (the engine runs BF16_Optimizer)" if stage == 1 else ""),
+            zero(stage, num_gpus=ranks),
+            "bf16-master-weights-fp32-grads",
+        )
+        for stage, ranks in [(1, 1), (2, 1), (3, 1), (3, 2)]
+    ],
+    case("zero2-llama-7m-bf16-w1", "DeepSpeed ZeRO-2, bf16 with fp32 master weights, 1 rank", zero(2, num_gpus=1), "bf16-master-weights"),
     case(
         "zero2-llama-7m-bf16-smallbucket-w2",
         "DeepSpeed ZeRO-2, bf16, reduce_bucket_size 1e6 elements (the model's gradients in 8 buckets)",
@@ -197,5 +208,16 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
             ("gpipe", "gpipe", 4, "fp32", 1, 2),
             ("interleaved-v2", "interleaved_1f1b", 4, "fp32", 2, 2),
         ]
+    ],
+    *[
+        case(
+            f"pp-interleaved-v2-llama-8l-fp32-mb{micro_batches}-w4",
+            f"torch.distributed.pipelining interleaved_1f1b, {micro_batches} micro-batches, fp32",
+            pipeline("interleaved_1f1b", 4, 2),
+            gradient_accumulation_steps=micro_batches,
+            attention="sdpa",
+            model={"hf_config": {**LLAMA_7M, "num_hidden_layers": 8}},
+        )
+        for micro_batches in (4, 8)
     ],
 ]

@@ -641,7 +641,11 @@ def _buffer_bytes(plan: Plan) -> int:
 
 
 def _persistent_small_params(plan: Plan) -> int:
-    if plan.inventory is None:
+    """ZeRO-3's parameters under stage3_param_persistence_threshold, gathered on every rank besides their
+    partitions. Not on one rank: with a partition world size of 1 DeepSpeed "gathers" by pointing the
+    parameter at its partition (``_no_gather_coalesced``/``NoGatherHandle``, deepspeed/runtime/zero/
+    partition_parameters.py; measured: ``zero3-llama-7m-bf16-fp32grads-w1``, one copy of the weights)."""
+    if plan.inventory is None or plan.sharding.weights == 1:
         return 0
     compute = DTYPE_BYTES[plan.precision.compute_weight_dtype]
     small = sum(
@@ -1174,7 +1178,9 @@ def _stored(plan: Plan, stored: int, produced: int) -> int:
 def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> None:
     precision = plan.precision
     extra = {("overhead", "optimizer step temporaries"): states.step_temporaries}
-    if precision.master_weights and precision.gradient_dtype != "fp32" and not plan.parallel.offload_optimizer:
+    if (
+        precision.master_weights and precision.gradient_dtype != "fp32" or deepspeed.flattens_sub_group_gradients(plan)
+    ) and not plan.parallel.offload_optimizer:
         # DeepSpeed stage 1/2 flattens this rank's gradient partition to fp32 for the update.
         extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
         if plan.parallel.strategy == "zero":  # ZeRO-3 casts one sub_group_size piece at a time
