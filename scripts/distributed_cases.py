@@ -14,9 +14,10 @@ optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3; FSDP1 (FULL_S
 HYBRID_SHARD on 4 ranks as 2 × 2); FSDP2 with ``CPUOffloadPolicy`` (on a CPU-only machine its host-device
 copies are no-ops, so the device side leaves out a GPU's transient copies of one unit's shard);
 DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_param``,
-``grad_accum_dtype`` fp32 and small reduce buckets. Pipeline parallelism with
-``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2 and 4 micro-batches, fp32 and bf16, 2
-and 4 ranks) and interleaved 1F1B with 2 stages per rank.
+``grad_accum_dtype`` fp32 (also on one rank: DeepSpeed keeps its ZeRO optimizer's buffers there too) and
+small reduce buckets. Pipeline parallelism with ``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2
+and 4 micro-batches, fp32 and bf16, 2 and 4 ranks) and interleaved 1F1B with 2 stages per rank (2 ranks, and
+4 ranks of an 8-layer Llama with 4 and 8 micro-batches).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pipeline parallelism as torch.distributed.pipelining runs it (trainmem.parallel.pipelining).
 
-The measured cases (corpus_distributed.jsonl, ids ``pp-*``: 2 gloo ranks, a 4-layer Llama split
+The measured cases (corpus_distributed.jsonl, ids ``pp-*``: 2 and 4 gloo ranks, a 4- or 8-layer Llama split
 by layers, ScheduleGPipe, Schedule1F1B with 2 and 4 micro-batches, ScheduleInterleaved1F1B with
 2 stages per rank) are gated per rank in tests/test_validation_distributed.py; here: the schedule
 rules against torch's own schedule definitions, that the default (Megatron) path is unchanged,
