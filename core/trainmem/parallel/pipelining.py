@@ -403,7 +403,7 @@ def earlier_outputs_bytes(plan: "Plan", stage: "Stage", in_flight: int, head_sav
 
 def chunk_groups(plan: "Plan", stage: "Stage", indices: list[int]) -> list[list[int]]:
     """``indices`` (ascending layers of the rank) cut where one of its interleaved chunks ends, last chunk
-    first, so that the step simulation can refill in-flight activations between chunks' backwards."""
+    first, so that the step simulation can set each chunk's moment (:func:`chunk_held_bytes`) as its backward starts."""
     virtual = plan.parallel.pipeline_virtual_stages
     if not runs_torch_pipelining(plan) or virtual == 1 or not indices:
         return [indices]
