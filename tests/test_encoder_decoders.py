@@ -149,7 +149,10 @@ def test_the_encoder_is_on_the_timeline():
     assert "encoder layer 5 forward" in dump and "encoder final norm backward" in dump
     names = {part.name for part in report.parts if part.category == "activations"}
     assert report.peak.phase in ("loss", "backward")
-    assert {"encoder: saved for backward", "encoder: output"} <= names
+    assert "encoder: saved for backward" in names
+    # under autocast (t5-small's default recipe) every decoder layer saved its own bf16 cast of the encoder
+    # output, so the fp32 output itself is freed with the model's output object, before the peak (measured)
+    assert report.resolved.precision_recipe != "fp32" and "encoder: output" not in names
 
 
 def test_target_length_is_in_the_schema():
