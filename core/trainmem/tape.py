@@ -532,7 +532,7 @@ class BackwardReplay:
             new_param_grads = 0
             transient_param_grads = 0
             node_transients = []
-            summed_into_shared: list[Sym] = []
+            summed: list[Sym] = []  # inputs whose gradient this node adds to one they already have
             if node.extra_backward_bytes:
                 node_transients.append(node.extra_backward_bytes)
             for tensor in node.grad_inputs:
@@ -547,9 +547,7 @@ class BackwardReplay:
                     seen_params.add(tensor.uid)
                 elif tensor.uid in grads:
                     new_activation_grads += size  # a second consumer: summed into the existing gradient
-                    node_transients.append(size)
-                    if holder[tensor.uid] != ("g", tensor.uid):
-                        summed_into_shared.append(tensor)
+                    summed.append(tensor)
                 elif _passes_gradient_through(node, tensor):
                     key = holder[node.outputs[0].uid]  # AddBackward0 hands on the same tensor
                     grads[tensor.uid], holder[tensor.uid] = size, key
@@ -563,6 +561,9 @@ class BackwardReplay:
             transients += len(keys)
             events += [("alloc", key, size) for key, size in zip(keys, node_transients)]
             events += [("free", key, size) for key, size in zip(keys, node_transients)]
+            contributions = [(("t", transients + i), grads[t.uid]) for i, t in enumerate(summed)]
+            transients += len(contributions)
+            events += [("alloc", key, size) for key, size in contributions]
             param_grad_bytes += new_param_grads
             activation_grads = grad_bytes + new_activation_grads
             parameter_grads = param_grad_bytes + transient_param_grads
@@ -581,13 +582,28 @@ class BackwardReplay:
                     released = saved_live.pop(tensor.storage)
                     saved[released.tag] -= released.storage_nbytes
                     events.append(("free", released.storage, released.storage_nbytes))
-            for tensor in summed_into_shared:
-                # InputBuffer::accumulate: ``old + new`` out of place into a new tensor; the shared one is dropped
-                size = grads[tensor.uid]
-                grad_bytes -= drop_gradient(tensor.uid)
-                grads[tensor.uid], holder[tensor.uid], holders[("g", tensor.uid)] = size, ("g", tensor.uid), 1
-                grad_bytes += size
-                events.append(("alloc", ("g", tensor.uid), size))
+            # InputBuffer::accumulate (torch/csrc/autograd/input_buffer.cpp), once the node has returned and its
+            # incoming gradient and saved tensors are gone: ``old + new`` into a new tensor (measured: the buffers
+            # hold views or shared tensors, which it does not add into in place), then both are dropped
+            pending = sum(size for _, size in contributions)
+            for tensor, (key, size) in zip(summed, contributions):
+                if holder[tensor.uid] != ("g", tensor.uid):  # a shared gradient: the sum becomes this tensor's own
+                    grad_bytes -= drop_gradient(tensor.uid)
+                    grads[tensor.uid], holder[tensor.uid], holders[("g", tensor.uid)] = size, ("g", tensor.uid), 1
+                    grad_bytes += size
+                    events.append(("alloc", ("g", tensor.uid), size))
+                    total = saved["activation"] + saved["weight_copy"] + grad_bytes + pending + param_grad_bytes
+                else:  # the sum replaces the old gradient (same key, same bytes)
+                    sum_key = ("t", transients)
+                    transients += 1
+                    events += [("alloc", sum_key, size), ("free", sum_key, size)]
+                    total = saved["activation"] + saved["weight_copy"] + grad_bytes + pending + size + param_grad_bytes
+                if total > peak:
+                    peak = total
+                    at_peak = (saved["activation"], saved["weight_copy"], total - saved["activation"]
+                               - saved["weight_copy"] - param_grad_bytes, param_grad_bytes)
+                pending -= size
+                events.append(("free", key, size))
         return cls(
             peak_bytes=peak,
             peak_saved_activation_bytes=at_peak[0],
