@@ -149,7 +149,10 @@ def test_the_encoder_is_on_the_timeline():
     assert "encoder layer 5 forward" in dump and "encoder final norm backward" in dump
     names = {part.name for part in report.parts if part.category == "activations"}
     assert report.peak.phase in ("loss", "backward")
-    assert {"encoder: saved for backward", "encoder: output"} <= names
+    assert "encoder: saved for backward" in names
+    # under autocast (t5-small's default recipe) every decoder layer saved its own bf16 cast of the encoder
+    # output, so the fp32 output itself is freed with the model's output object, before the peak (measured)
+    assert report.resolved.precision_recipe != "fp32" and "encoder: output" not in names
 
 
 def test_target_length_is_in_the_schema():
@@ -242,3 +245,32 @@ def test_cli_presets_and_report_count_the_encoder(capsys):
     assert main(["estimate", "--preset", "t5-small", "--seq-len", "256", "--target-len", "64"]) == 0
     out = capsys.readouterr().out
     assert "6 decoder + 6 encoder layers" in out and "256 tokens → 64 target tokens" in out
+
+
+EXACT_SEQ2SEQ_CASES = [
+    "t5v11-small-fp32-eager-b4-src256-tgt32",  # the relative-position bucket indices
+    "t5v11-small-ampbf16-eager-b4-src256-tgt64",  # the encoder output freed under autocast, the buckets kept
+    "t5v11-small-lora-fp32-eager-b4-src256-tgt64",  # LoRA: later encoder layers save their input
+    "bart-small-lora-fp32-eager-b4-src256-tgt64",
+]
+
+
+@pytest.mark.parametrize("case_id", EXACT_SEQ2SEQ_CASES)
+def test_the_fixed_seq2seq_cases_match_their_measured_peak(case_id):
+    """Each of these missed by 0.5-1.1% until its cause was found op by op (README, encoder-decoders)."""
+    from trainmem.measure.corpus import load_corpus
+
+    measurement = next(m for m in load_corpus() if m.id == case_id)
+    report = trainmem.estimate(measurement.setup, suggestions=False)
+    assert abs(report.peak_allocated_bytes - measurement.peak_allocated_bytes) <= 1e-4 * measurement.peak_allocated_bytes
+
+
+def test_t5_bucket_indices_are_counted_only_while_the_table_trains():
+    full = trainmem.estimate(Setup(model={"hf_config": SMALL["t5-gated-untied"]}, micro_batch_size=2,
+                                   sequence_length=64, target_length=16, precision="fp32", runtime={"device": "cpu"}))
+    names = {part.name for part in full.parts}
+    assert "encoder: relative position buckets" in names and "decoder: relative position buckets" in names
+    lora = trainmem.estimate(Setup(model={"hf_config": SMALL["t5-gated-untied"]}, micro_batch_size=2,
+                                   sequence_length=64, target_length=16, precision="fp32", runtime={"device": "cpu"},
+                                   finetuning={"method": "lora"}))
+    assert not any("relative position buckets" in part.name for part in lora.parts)

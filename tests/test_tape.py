@@ -128,3 +128,53 @@ def test_the_cpu_autocast_lists_follow_torch():
             assert dtype == torch.bfloat16, name
         else:
             assert dtype == torch.bfloat16, name  # left alone: the input's dtype
+
+
+@pytest.mark.torch
+def test_a_residual_add_hands_its_gradient_on_as_measured():
+    """``out = x + fc2(gelu(fc1(x)))`` (a pre-LN block's MLP half): AddBackward0 gives both inputs the incoming
+    gradient itself, so the backward peak (at fc2's backward) holds one residual-stream gradient, not two. The
+    tape's replayed peak equals the live bytes PyTorch's engine reaches, counted by the measurement tracker."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from trainmem.measure.tracker import StorageTracker
+
+    rows, h, i = 64, 8, 32
+    torch.manual_seed(0)
+    fc0, fc1, fc2 = torch.nn.Linear(h, h), torch.nn.Linear(h, i), torch.nn.Linear(i, h)
+    pixels = torch.randn(rows, h)  # needs no gradient: fc0's backward only makes its weight's
+    tracker = StorageTracker()
+    with tracker:
+        x = fc0(pixels)
+        out = x + fc2(F.gelu(fc1(x)))
+        del x
+        incoming = torch.ones_like(out)
+        tracker.mark("backward", "backward", 1)
+        out.backward(incoming)
+    live, at_backward, peak = 0, None, 0
+    for kind, _, nbytes in tracker.events:
+        if kind == 2:  # MARK
+            at_backward = live
+            continue
+        live += nbytes if kind == 0 else -nbytes
+        if at_backward is not None:
+            peak = max(peak, live - at_backward)
+    saved_bytes = 4 * (rows * h + rows * i + rows * i)  # fc1's input x, gelu's input, fc2's input
+    measured = peak + saved_bytes + 4 * rows * h  # the tape counts the saved tensors and the incoming gradient
+
+    tape = Tape(device="cpu")
+    x = tape.new(rows * h, "fp32", True)
+
+    def parameter(numel):
+        return Sym(numel, "fp32", True, "parameter")
+
+    hidden = tape.linear(x, parameter(i * h), i, parameter(i))
+    activated = tape.unary_saving_input("gelu", hidden)
+    tape.release(hidden)
+    mixed = tape.linear(activated, parameter(h * i), h, parameter(h))
+    tape.release(activated)
+    out = tape.add(x, mixed)
+    tape.release(x, mixed)
+    assert tape.saved_bytes() == saved_bytes
+    assert tape.backward([out]).peak_bytes == measured

@@ -53,6 +53,10 @@ class Piece:
     discarded: bool = False
     """Its output feeds nothing after the stack (LLaVA's last tower layer): no gradient reaches it, and its
     graph (what it saved) lives only as long as the model's output object, until the loss is taken."""
+    recompute_forward: Optional[Trace] = None
+    """With ``recompute``: the piece replayed with nothing requiring grad. A checkpointed forward saves nothing
+    (non-reentrant ``torch.utils.checkpoint`` discards what autograd packs), so its working memory is this one's
+    (as ``simulate.py`` does for the decoder's layers)."""
 
     def kept_bytes(self) -> tuple[int, int]:
         """(activation, autocast weight-copy) bytes kept until the piece's backward."""
@@ -107,7 +111,7 @@ def forward(account: MemoryAccount, stacks: Sequence[Stack], micro_batch: int, s
                 piece.labels("forward", suffix),
                 "forward",
                 micro_batch,
-                {("activations", f"{stack.name}: working memory"): trace.forward_peak_bytes},
+                {("activations", f"{stack.name}: working memory"): (piece.recompute_forward or trace).forward_peak_bytes},
                 delta,
             )
             account.set("activations", hidden_name, 0 if stack.keeps_hidden_states else trace.output_bytes,

@@ -499,16 +499,32 @@ class BackwardReplay:
         for tensor in saved_live.values():
             saved[tensor.tag] += tensor.storage_nbytes
         grads: dict[int, int] = {}  # uid of a tensor -> bytes of its gradient
+        holder: dict[int, tuple] = {}  # uid of a tensor -> key of the storage that holds its gradient
+        holders: dict[tuple, int] = {}  # key of a gradient storage -> how many tensors' gradients it holds
         step = granularity(tape.device)
+        grad_bytes = 0
         for grad in output_grads:
-            grads[grad.uid] = grads.get(grad.uid, 0) + rounded(grad.nbytes, tape.device)
-        grad_bytes = sum(grads.values())
+            if grad.uid not in grads:
+                grads[grad.uid] = rounded(grad.nbytes, tape.device)
+                holder[grad.uid], holders[("g", grad.uid)] = ("g", grad.uid), 1
+                grad_bytes += grads[grad.uid]
         param_grad_bytes = 0
         seen_params: set[int] = set()
         peak = saved["activation"] + saved["weight_copy"] + grad_bytes
         at_peak = (saved["activation"], saved["weight_copy"], grad_bytes, 0)
         events: list[tuple] = []
         transients = 0
+
+        def drop_gradient(uid: int) -> int:
+            """The engine is done with a tensor's gradient: its storage is freed once nothing else holds it."""
+            size, key = grads.pop(uid), holder.pop(uid)
+            holders[key] -= 1
+            if holders[key]:
+                return 0
+            del holders[key]
+            events.append(("free", key, size))
+            return size
+
         for node in reversed(tape.nodes):
             if not any(out.uid in grads for out in node.outputs):
                 continue  # no gradient reaches this node: the engine never runs it
@@ -516,6 +532,7 @@ class BackwardReplay:
             new_param_grads = 0
             transient_param_grads = 0
             node_transients = []
+            summed: list[Sym] = []  # inputs whose gradient this node adds to one they already have
             if node.extra_backward_bytes:
                 node_transients.append(node.extra_backward_bytes)
             for tensor in node.grad_inputs:
@@ -530,15 +547,23 @@ class BackwardReplay:
                     seen_params.add(tensor.uid)
                 elif tensor.uid in grads:
                     new_activation_grads += size  # a second consumer: summed into the existing gradient
-                    node_transients.append(size)
+                    summed.append(tensor)
+                elif _passes_gradient_through(node, tensor):
+                    key = holder[node.outputs[0].uid]  # AddBackward0 hands on the same tensor
+                    grads[tensor.uid], holder[tensor.uid] = size, key
+                    holders[key] += 1
                 else:
                     grads[tensor.uid] = size
+                    holder[tensor.uid], holders[("g", tensor.uid)] = ("g", tensor.uid), 1
                     grad_bytes += size
                     events.append(("alloc", ("g", tensor.uid), size))
             keys = [("t", transients + i) for i in range(len(node_transients))]
             transients += len(keys)
             events += [("alloc", key, size) for key, size in zip(keys, node_transients)]
             events += [("free", key, size) for key, size in zip(keys, node_transients)]
+            contributions = [(("t", transients + i), grads[t.uid]) for i, t in enumerate(summed)]
+            transients += len(contributions)
+            events += [("alloc", key, size) for key, size in contributions]
             param_grad_bytes += new_param_grads
             activation_grads = grad_bytes + new_activation_grads
             parameter_grads = param_grad_bytes + transient_param_grads
@@ -547,10 +572,8 @@ class BackwardReplay:
                 peak = total
                 at_peak = (saved["activation"], saved["weight_copy"], activation_grads, parameter_grads)
             for out in node.outputs:
-                freed = grads.pop(out.uid, 0)
-                if freed:
-                    grad_bytes -= freed
-                    events.append(("free", ("g", out.uid), freed))
+                if out.uid in grads:
+                    grad_bytes -= drop_gradient(out.uid)
             for tensor in node.saved:
                 if tensor.tag in NOT_NEW_MEMORY:
                     continue
@@ -559,6 +582,28 @@ class BackwardReplay:
                     released = saved_live.pop(tensor.storage)
                     saved[released.tag] -= released.storage_nbytes
                     events.append(("free", released.storage, released.storage_nbytes))
+            # InputBuffer::accumulate (torch/csrc/autograd/input_buffer.cpp), once the node has returned and its
+            # incoming gradient and saved tensors are gone: ``old + new`` into a new tensor (measured: the buffers
+            # hold views or shared tensors, which it does not add into in place), then both are dropped
+            pending = sum(size for _, size in contributions)
+            for tensor, (key, size) in zip(summed, contributions):
+                if holder[tensor.uid] != ("g", tensor.uid):  # a shared gradient: the sum becomes this tensor's own
+                    grad_bytes -= drop_gradient(tensor.uid)
+                    grads[tensor.uid], holder[tensor.uid], holders[("g", tensor.uid)] = size, ("g", tensor.uid), 1
+                    grad_bytes += size
+                    events.append(("alloc", ("g", tensor.uid), size))
+                    total = saved["activation"] + saved["weight_copy"] + grad_bytes + pending + param_grad_bytes
+                else:  # the sum replaces the old gradient (same key, same bytes)
+                    sum_key = ("t", transients)
+                    transients += 1
+                    events += [("alloc", sum_key, size), ("free", sum_key, size)]
+                    total = saved["activation"] + saved["weight_copy"] + grad_bytes + pending + size + param_grad_bytes
+                if total > peak:
+                    peak = total
+                    at_peak = (saved["activation"], saved["weight_copy"], total - saved["activation"]
+                               - saved["weight_copy"] - param_grad_bytes, param_grad_bytes)
+                pending -= size
+                events.append(("free", key, size))
         return cls(
             peak_bytes=peak,
             peak_saved_activation_bytes=at_peak[0],
@@ -569,3 +614,16 @@ class BackwardReplay:
             input_grad_bytes=grad_bytes,
             events=tuple(events),
         )
+
+
+def _passes_gradient_through(node: Node, tensor: Sym) -> bool:
+    """Whether ``node``'s backward hands its output's gradient to ``tensor`` as it is, without a new tensor.
+
+    ``AddBackward0`` (torch/csrc/autograd/generated, derivatives.yaml ``add.Tensor``: ``self: grad``,
+    ``other: maybe_multiply(grad, alpha)`` with alpha = 1) returns the incoming gradient itself for an input of
+    the output's shape and dtype; only a broadcast input (``sum_to``) or another dtype (the engine's cast) gets a
+    new tensor. Measured on the residual adds of a pre-LN block (tests/test_tape.py)."""
+    if node.op != "add" or tensor.tag in NOT_NEW_MEMORY:
+        return False
+    out = node.outputs[0]
+    return tensor.numel == out.numel and tensor.dtype == out.dtype

@@ -135,6 +135,18 @@ def encoder_pieces(
         Piece("encoder embedding", 1, embedding, trains),
         Piece("encoder layer {index}", stack.num_layers, layer, trains or adapted, recompute, stream_bytes),
     ]
+    if recompute:
+        frozen = Trainability(lambda module: False, lambda module: False)
+        plain = trace_layer(arch, shape, replace(kernels, lora_rank=0), frozen, False, False)
+        pieces[1] = replace(pieces[1], recompute_forward=plain)
+    if adapted and not trains and stack.num_layers > 1:
+        # LoRA: the first layer's input (the frozen lookup) needs no gradient, but every later layer's does (the
+        # adapters before it), so their norms save their input as the decoder path's layers do
+        later = trace_layer(arch, shape, kernels, trainability, True, grads_exist)
+        pieces[1:] = [replace(pieces[1], label="encoder layer 0", count=1, trains=True)] + [
+            replace(pieces[1], label=f"encoder layer {index}", count=1, trace=later, trains=True)
+            for index in range(1, stack.num_layers)
+        ]
     last = layer
     if stack.postlude:  # T5's final_layer_norm and dropout (BART's encoder ends with its last layer)
         last = _final_norm(arch, shape, kernels, trainability)

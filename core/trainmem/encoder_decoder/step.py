@@ -66,26 +66,28 @@ def _stack(plan: Plan, kernels: LayerKernels, grads_exist: bool) -> stacks.Stack
 def forward(plan: Plan, account: MemoryAccount, micro_batch: int, suffix: str, kernels: LayerKernels, grads_exist: bool) -> None:
     if plan.encoder is None:
         return
+    account.set("activations", BUCKETS, bucket_index_bytes(plan, plan.source_length), BUCKETS_DETAIL)
+    account.set("activations", BIAS, position_bias_tensor_bytes(plan), "the relative position bias, handed down the encoder")
     stacks.forward(account, [_stack(plan, kernels, grads_exist)], micro_batch, suffix)
     if plan.setup.activation_checkpointing == "full":  # the checkpoints keep the shared position bias
         account.set("activations", BIAS, position_bias_bytes(plan), "the relative position bias, kept by the checkpoints")
+    else:  # a local of T5Stack.forward: freed when the encoder returns
+        account.set("activations", BIAS, 0)
+    account.set("activations", DECODER_BUCKETS, bucket_index_bytes(plan, plan.setup.sequence_length), BUCKETS_DETAIL)
 
 
 def end_forward(plan: Plan, account: MemoryAccount, kernels: LayerKernels) -> None:
     """When the model's output object is dropped after the loss: under autocast no decoder layer saved the
     encoder output itself (each cross-attention K/V projection saved its own low-precision cast), so the
     reference in ``Seq2SeqLMOutput.encoder_last_hidden_state`` was its last one and it is freed here, before
-    the loss's backward (measured, torch 2.13 CPU autocast: Whisper's fp32 encoder output, and BART's).
+    the loss's backward (measured, torch 2.13 CPU autocast: Whisper's fp32 encoder output, BART's and T5's).
 
-    Only where the encoder ends with its norm: T5's encoder output is its final dropout's, and the real
-    t5v11-small AMP case was measured with it still alive at the loss's backward (not explained yet; the
-    fake-tensor flan-t5-base case would have it freed), so T5 keeps the earlier rule."""
+    T5 too: what the real t5v11-small AMP case still held at the loss's backward was not its encoder output but
+    the two stacks' relative-position bucket indices (:func:`bucket_index_bytes`, 256 × 256 + 64 × 64 int64:
+    532,480 bytes against the output's 524,288), which an earlier rule of keeping the output stood in for."""
     if plan.encoder is None or kernels.autocast is None or kernels.autocast == kernels.stream_dtype:
         return
-    family = plan.family
-    ends_with_norm = not plan.encoder.postlude or not getattr(family, "final_norm_dropout", True)
-    if ends_with_norm:
-        account.set("activations", OUTPUT, 0)
+    account.set("activations", OUTPUT, 0)
 
 
 def output_gradient_bytes(plan: Plan, kernels: LayerKernels) -> int:
@@ -124,7 +126,38 @@ def position_bias_bytes(plan: Plan) -> int:
                                        else plan.precision.stored_weight_dtype], plan.device)
 
 
+def bucket_index_bytes(plan: Plan, length: int) -> int:
+    """T5's ``_relative_position_bucket`` index of a stack (``length × length`` int64), computed in the stack's first
+    layer: the ``relative_attention_bias`` lookup saves it for its weight's gradient (derivatives.yaml ``embedding``:
+    ``embedding_backward(grad, indices, ...)``) until the stack's backward is done; nothing is saved when the table
+    is frozen (LoRA). Measured: t5v11-small-fp32-eager-b4-src256-tgt32 (256 × 256 and 32 × 32, kept through the
+    loss's backward); under full checkpointing the first layer's recomputation makes it again (not modelled:
+    a transient). Counted from the stack's embedding (the decoder's: from the end of the encoder's forward) to
+    the end of the stack's backward."""
+    arch = plan.encoder.architecture if plan.encoder is not None else None
+    if arch is None or not arch.relative_attention_num_buckets or not encoder_trains(plan):
+        return 0
+    if plan.setup.activation_checkpointing == "full":
+        return 0  # computed inside the first layer's checkpoint: recomputed with it in backward, not kept
+    return rounded(length * length * 8, plan.device)
+
+
+def position_bias_tensor_bytes(plan: Plan) -> int:
+    """The encoder's relative position bias (the lookup's (s, s, a) output in the table's dtype, permuted to
+    (1, a, s, s) as a view): alive from the first layer to the end of the encoder's forward (measured, as above),
+    whether or not the table trains."""
+    arch = plan.encoder.architecture if plan.encoder is not None else None
+    if arch is None or not arch.relative_attention_num_buckets:
+        return 0
+    numel = arch.num_attention_heads * plan.source_length * plan.source_length
+    dtype = plan.precision.compute_weight_dtype if plan.precision.autocast is None else plan.precision.stored_weight_dtype
+    return rounded(numel * DTYPE_BYTES[dtype], plan.device)
+
+
 PENDING = "pending tied-embedding gradient"
+BUCKETS = "encoder: relative position buckets"
+DECODER_BUCKETS = "decoder: relative position buckets"
+BUCKETS_DETAIL = "T5's int64 bucket index, saved by the relative_attention_bias lookup"
 BIAS = "encoder: position bias"
 BIAS_GRADIENT = "encoder: position bias gradient"
 
@@ -134,6 +167,7 @@ def backward(plan: Plan, account: MemoryAccount, micro_batch: int, suffix: str, 
     if plan.encoder is None:
         return
     account.set("activations", OUTPUT, 0)  # the last decoder layer's saved K/V inputs are gone
+    account.set("activations", DECODER_BUCKETS, 0)  # the decoder's relative_attention_bias has its gradient
     account.set("activations", GRADIENT, 0)  # handed to the final norm's backward (counted in its trace)
     shared = shared_gradient_bytes(plan, stored)
     if shared:
@@ -144,6 +178,7 @@ def backward(plan: Plan, account: MemoryAccount, micro_batch: int, suffix: str, 
     stacks.backward(account, [_stack(plan, kernels, grads_exist)], micro_batch, suffix, grads_exist, stored)
     account.set("activations", BIAS_GRADIENT, 0)
     account.set("activations", BIAS, 0)
+    account.set("activations", BUCKETS, 0)
     if shared:
         account.set("activations", PENDING, 0)
         if not grads_exist:

@@ -34,7 +34,7 @@ classifier does not read), SigLIP's pooling head (its output, ``pooler_output``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from ..architecture import Architecture
@@ -111,7 +111,8 @@ CLIP_NAMES = VisionEncoderNames(
     o_proj="self_attn.out_proj",
     mlp="mlp",
 )
-SIGLIP_NAMES = CLIP_NAMES
+SIGLIP_NAMES = replace(CLIP_NAMES, pre_norm="")
+"""SigLIP's tower has no ``pre_layrnorm`` (SiglipVisionTransformer: embeddings, then the encoder)."""
 
 
 def _regrouped(tensors: list[ParameterTensor], names: VisionEncoderNames) -> list[ParameterTensor]:
@@ -447,6 +448,7 @@ class SiglipVision(_TowerFamily):
     the mean token."""
 
     model_type = "siglip_vision_model"
+    names = SIGLIP_NAMES
     tower_type = "siglip_vision_model"
     class_token = False
     pre_norm = False

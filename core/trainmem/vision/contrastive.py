@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from ..architecture import Architecture
 from ..layers import LayerProgram, LayerShape
 from ..tape import Sym
+from .encoders import lookup
 
 if TYPE_CHECKING:
     from ..text_tower import TextTower
@@ -66,22 +67,39 @@ def _unit_normalised(program: LayerProgram, x: Sym, rows: int) -> Sym:
 
 
 def _siglip_pooling_head(program: VisionEncoderProgram, hidden: Sym) -> Sym:
-    """``SiglipMultiheadAttentionPoolingHead`` over the normed tokens: one probe query per image."""
+    """``SiglipMultiheadAttentionPoolingHead`` over the normed tokens: one probe query per image.
+
+    ``nn.MultiheadAttention(batch_first=True)`` runs ``F.multi_head_attention_forward`` (torch/nn/functional.py) on
+    the inputs transposed to (n, b, h): the probe's query projection is an ``addmm``; the key/value projection
+    (``_in_projection_packed``, key is value) is ``linear`` of a non-contiguous 3-D view, i.e. a contiguous copy
+    (saved by ``mm``), the ``mm`` and a separate bias ``add``, then ``unflatten(...).transpose(...).contiguous()``
+    (a second copy, (2, n, b, h)); ``q * sqrt(1/E)``, ``bmm``, ``softmax``, ``bmm``, the output projection, and
+    the head-averaged weights (``need_weights=True``); then LayerNorm, MLP and the residual add. Measured op by op
+    (siglipvision-small-fp32-imgcls-sdpa-96px-b8)."""
     shape, tape = program.shape, program.tape
     b, n, h, heads = shape.batch, shape.seq, shape.hidden, shape.heads
     probe = program.head_parameter(h)
     query = tape.copy(probe, b * h)  # probe.repeat(b, 1, 1)
     q = tape.linear(query, program.head_parameter(h * h), h, program.head_parameter(h))
-    kv = tape.linear(hidden, program.head_parameter(2 * h * h), 2 * h, program.head_parameter(2 * h))
     tape.release(query)
-    k, v = tape.split(kv, [b * n * h, b * n * h])
-    scores = tape.matmul(q, k, b * heads * n)
+    tokens_first = tape.copy(hidden)  # key.transpose(1, 0) reshaped for the matmul: a contiguous copy
+    projected = tape.linear(tokens_first, program.head_parameter(2 * h * h), 2 * h)
+    tape.release(tokens_first)
+    kv = tape.add(projected, program.head_parameter(2 * h))  # + the packed bias
+    tape.release(projected)
+    packed = tape.copy(kv)  # kv.unflatten(-1, (2, h)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+    tape.release(kv)
+    k, v = tape.split(packed, [b * n * h, b * n * h])
+    q_scaled = tape.scale(q)  # q * math.sqrt(1.0 / head_dim)
+    tape.release(q)
+    scores = tape.matmul(q_scaled, k, b * heads * n)
+    tape.release(q_scaled)
     probs = tape.unary_saving_result("softmax", scores)
     tape.release(scores)
     context = tape.matmul(probs, v, b * h)
-    weights = tape.reduce(probs, b * n)  # need_weights=True: the head-averaged attention weights
-    tape.release(q, kv, probs)
+    tape.release(packed, probs)
     attended = tape.linear(context, program.head_parameter(h * h), h, program.head_parameter(h))
+    weights = tape.reduce(probs, b * n)  # need_weights=True: the head-averaged attention weights
     tape.release(context, weights)
     normed = program.norm("vision_model.head.layernorm", attended, b, h)
     mixed = program.mlp(normed)  # the linears work on any number of rows
@@ -115,9 +133,9 @@ def trace_contrastive_head(program: VisionEncoderProgram, x: Sym, sequence_lengt
     text_program = type(program)(text_arch, text_shape, program.kernels, program.trainability, tape)
     th, tokens = text.hidden_size, text_shape.stream_tokens
     table = program.head_parameter(text.vocab_size * th)
-    embedded = tape.gather(table, tokens * th, tokens)
+    embedded = lookup(tape, table, tokens * th, tokens)  # input_ids: the input batch
     positions_table = program.head_parameter(text.max_position_embeddings * th)
-    positions = tape.gather(positions_table, sequence_length * th, sequence_length)
+    positions = lookup(tape, positions_table, sequence_length * th, sequence_length)  # position_ids[:, :s]
     hidden = tape.add(embedded, positions)
     tape.release(embedded, positions)
     for _ in range(text.num_hidden_layers):

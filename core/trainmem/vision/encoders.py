@@ -17,10 +17,12 @@ Each function mirrors the forward of the transformers 5.24 module it names, op f
   of the family (``x[:, 0]`` is a view; ``mean`` saves nothing; DINOv2's ``torch.cat`` is a new tensor), the
   classifier and ``ForSequenceClassificationLoss``'s cross-entropy (log_softmax upcasts 16-bit logits).
 
+SigLIP's attention-pooling head is on no path to the loss, but it runs: its tensors are alive from the last layer
+to the end of the forward (the loss included) and are then dropped with its graph (:func:`_drop_graph`).
+
 Not modelled (stated): DINOv2's bicubic interpolation of its position table when the input differs from the
-config's ``image_size`` (a few (1, n, h) tensors per forward), the forward of the parameters on no path to the
-loss (SigLIP's attention-pooling head, CLIP's ``post_layernorm`` of the [CLS] token: freed when the forward
-returns).
+config's ``image_size`` (a few (1, n, h) tensors per forward), CLIP's ``post_layernorm`` of the pooled [CLS]
+token (b × h, freed when the forward returns).
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class VisionEncoderProgram(LayerProgram):
         hidden = x
         if family.final_norm_on_tokens:
             hidden = self.norm(self.names.final_norm, x, rows, h)
+        unused = self._unused_pooling_head(hidden) if self.arch.pooling_head else None
         pooling = family.pooling
         if pooling == "cls":
             pooled = hidden.view(batch * h)  # sequence_output[:, 0, :]: a view; SelectBackward makes a (b, s, h) grad
@@ -141,7 +144,40 @@ class VisionEncoderProgram(LayerProgram):
         if logits32 is not logits:
             tape.release(logits32)
         tape.release(logits)
+        if unused is not None:
+            _drop_graph(tape, *unused)
         return loss
+
+    def _unused_pooling_head(self, hidden: Sym) -> tuple[int, int, Sym]:
+        """SigLIP's attention-pooling head runs in ``SiglipVisionTransformer.forward`` although the classifier reads
+        ``last_hidden_state``: its ``pooler_output`` (and the graph behind it) lives in the model output until
+        ``SiglipForImageClassification.forward`` returns, after the loss. Returns the head's node range and output."""
+        from .contrastive import _siglip_pooling_head
+
+        first = len(self.tape.nodes)
+        out = _siglip_pooling_head(self, hidden)
+        return first, len(self.tape.nodes), out
+
+
+def lookup(tape: Tape, table: Sym, out_numel: int, index_numel: int) -> Sym:
+    """``nn.Embedding`` at ids that already exist (the ``position_ids`` buffer or a slice of it, the input batch's
+    ``input_ids``): ``EmbeddingBackward0`` saves the ids, which are no new memory (``Tape.gather`` counts a new
+    index tensor)."""
+    out = tape.new(out_numel, table.dtype, table.requires_grad)
+    tape.record("index", [Sym(index_numel, "int64", False, "external")], [table], [out])
+    return out
+
+
+def _drop_graph(tape: Tape, first: int, last: int, output: Sym) -> None:
+    """The forward drops ``output``, the only reference to the graph of nodes ``first:last``: the nodes and the
+    tensors only they saved are freed (no gradient ever reaches them)."""
+    dropped, tape.nodes[first:last] = tape.nodes[first:last], []
+    still_saved = {t.storage for node in tape.nodes for t in node.saved}
+    for node in dropped:
+        for tensor in node.saved:
+            if tensor.storage not in still_saved and tape.saved_storages.pop(tensor.storage, None) is not None:
+                tape.release(tensor)
+    tape.release(output)
 
 
 def trace_patch_embedding(
@@ -178,7 +214,7 @@ def trace_patch_embedding(
     positions_rows = arch.image_tokens - registers
     table = program.parameter(names.embed_positions, positions_rows * h)
     if family.position_ids_buffer:  # nn.Embedding(position_ids): a (1, n, h) lookup
-        positions = tape.gather(table, positions_rows * h, positions_rows)
+        positions = lookup(tape, table, positions_rows * h, positions_rows)
         locals_.append(positions)
         table = positions
     summed = tape.add(out, table)
