@@ -15,7 +15,10 @@ From a clean checkout, touching the network only through the package registries:
   4. copies Pyodide's core files and the charting library out of web/node_modules;
   5. compiles Pyodide's standard library and those wheels to Python 3.14 bytecode with
      Pyodide's own interpreter under Node (web/tools/precompile.mjs), so that the browser does
-     not compile Python source on every visit (seconds on a small machine);
+     not compile Python source on every visit (seconds on a small machine), then bundles them
+     for the page (python/: every pure-Python file in one zip that the worker puts on sys.path,
+     and pydantic-core's WebAssembly library as a .wasm it compiles while Pyodide loads; the
+     wheels stay in wheels/ for the Node tests, and the service worker does not cache them);
   6. computes the default setup's report with CPython (the same web/py/trainmem_web.py the
      browser runs) and renders it into the HTML (web/tools/prerender.mjs), so the first paint
      shows a real result before Pyodide has loaded;

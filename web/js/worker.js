@@ -14,7 +14,9 @@
 //  * loadPyodide gets the lock file's `info` inline (lockFileContents), so it neither fetches nor
 //    parses pyodide-lock.json: the page loads no package by name.
 
-import { loadPyodide } from "../pyodide/pyodide.mjs";
+// Pyodide's loader is imported when the boot message comes, after the other downloads have started
+// (a static import would hold this module, and so the boot message, until it had loaded).
+const pyodideLoader = () => import("../pyodide/pyodide.mjs");
 
 let bridge = null;
 
@@ -67,7 +69,7 @@ def _install(zip_path, native_json):
     sys.path.insert(1, zip_path)
 `;
 
-async function boot({ wheels, modules, python }) {
+async function boot({ modules, python }) {
   const started = performance.now();
   progress("runtime", 0.05, "Loading Python (Pyodide)…");
   const base = new URL("../", import.meta.url);
@@ -79,6 +81,7 @@ async function boot({ wheels, modules, python }) {
     modules.map(async (path) => [path.split("/").pop(), await (await fetchOk(new URL(path, base))).text()]),
   );
   for (const pending of [bundle, sources, ...natives]) pending.catch(() => {}); // awaited below
+  const { loadPyodide } = await pyodideLoader();
   let sitePackages = null;
   // PYDANTIC_DISABLE_PLUGINS: pydantic otherwise scans every installed distribution's entry points
   // (importlib.metadata) when it builds its first model; the page has no pydantic plugin.
