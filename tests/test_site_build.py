@@ -123,3 +123,19 @@ def test_node_modules_are_compared_with_the_lockfile_by_content(tmp_path):
     assert build_site._installed_matches_lock(marker, lock)
     marker.write_text('{"packages": {"node_modules/a": {"version": "0.9.0", "integrity": "sha512-y"}}}')
     assert not build_site._installed_matches_lock(marker, lock)
+
+
+def test_the_service_worker_caches_what_the_page_fetches_not_the_wheels(tmp_path, monkeypatch):
+    package = tmp_path / "node_modules" / "pyodide" / "package.json"
+    package.parent.mkdir(parents=True)
+    package.write_text('{"version": "314.0.7"}')
+    monkeypatch.setattr(build_site, "NODE_MODULES", tmp_path / "node_modules")
+    site = tmp_path / "site"
+    (site / "wheels").mkdir(parents=True)
+    (site / "python").mkdir()
+    (site / "wheels" / "pkg-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (site / "python" / "site-packages.zip").write_bytes(b"zip")
+    (site / "index.html").write_text("<!doctype html>")
+    manifest = build_site.write_manifest(site, {"trainmem_version": "0.1.0"})
+    assert "wheels/pkg-1.0-py3-none-any.whl" in manifest["files"]
+    assert sorted(manifest["cache_files"]) == ["index.html", "python/site-packages.zip", "sw.js"]
