@@ -15,7 +15,10 @@ From a clean checkout, touching the network only through the package registries:
   4. copies Pyodide's core files and the charting library out of web/node_modules;
   5. compiles Pyodide's standard library and those wheels to Python 3.14 bytecode with
      Pyodide's own interpreter under Node (web/tools/precompile.mjs), so that the browser does
-     not compile Python source on every visit (seconds on a small machine);
+     not compile Python source on every visit (seconds on a small machine), then bundles them
+     for the page (python/: every pure-Python file in one zip that the worker puts on sys.path,
+     and pydantic-core's WebAssembly library as a .wasm it compiles while Pyodide loads; the
+     wheels stay in wheels/ for the Node tests, and the service worker does not cache them);
   6. computes the default setup's report with CPython (the same web/py/trainmem_web.py the
      browser runs) and renders it into the HTML (web/tools/prerender.mjs), so the first paint
      shows a real result before Pyodide has loaded;
@@ -100,6 +103,8 @@ VENDOR_FILES = {
     "chartjs-plugin-annotation.min.js": "chartjs-plugin-annotation/dist/chartjs-plugin-annotation.min.js",
 }
 STATIC = ("index.html", "embed.html", "favicon.svg", "sw.js", "css", "js", "py")
+# Kept in _site for the Node tests (tests/pyodide) and for pip; the page loads python/ instead.
+NOT_FETCHED_BY_THE_PAGE = ("wheels/",)
 SERVICE_WORKER = "sw.js"  # its @SITE_VERSION@ becomes the build's version (see stamp_service_worker)
 
 # Only this site's own origin; Pyodide's WebAssembly needs 'wasm-unsafe-eval' to compile.
@@ -130,11 +135,28 @@ def run(command: list[str], cwd: Path = ROOT) -> None:
 # --------------------------------------------------------------------------- inputs
 
 
+def _installed_matches_lock(marker: Path, lock: Path) -> bool:
+    """True when npm's record of what it installed (node_modules/.package-lock.json) has every
+    package of the lockfile at its version and integrity. Compared by content, not by file times:
+    a fresh checkout's lockfile is newer than an installed tree, and `npm ci` on a node_modules
+    that is a symlink empties the folder it points to."""
+    try:
+        wanted = {k: v for k, v in json.loads(lock.read_text())["packages"].items() if k}
+        installed = json.loads(marker.read_text())["packages"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return all(
+        installed.get(name, {}).get("version") == entry.get("version")
+        and installed.get(name, {}).get("integrity") == entry.get("integrity")
+        for name, entry in wanted.items()
+    )
+
+
 def ensure_node_modules() -> None:
-    """`npm ci` when node_modules is missing or older than the lockfile."""
+    """`npm ci` when node_modules is missing or does not hold what the lockfile pins."""
     marker = NODE_MODULES / ".package-lock.json"
     lock = WEB / "package-lock.json"
-    if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime:
+    if _installed_matches_lock(marker, lock):
         return
     log("npm ci (web/)")
     run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=WEB)
@@ -269,10 +291,71 @@ def pure_python_wheels(destination: Path) -> list[Path]:
     return wheels
 
 
+# --------------------------------------------------------------------------- the page's Python bundle
+
+
+# Where the page's Python code is served from (issue 14, start-up): one zip of every pure-Python
+# file of the wheels, put on sys.path as it is (zipimport), and each WebAssembly extension as a
+# .wasm file of its own (a static host serves application/wasm compressed, and the worker compiles
+# it while Pyodide's runtime loads). The wheels stay in wheels/ for the Node tests; the page does
+# not fetch them.
+PYTHON_FOLDER = "python"
+PYTHON_ZIP = f"{PYTHON_FOLDER}/site-packages.zip"
+# Inside a wheel, files nothing running imports: typing stubs, their marker, software bills of materials.
+UNUSED_IN_BROWSER = (".pyi", "/py.typed")
+UNUSED_FOLDERS_IN_BROWSER = ("/sboms/",)
+
+
+def _legacy_pyc_name(name: str) -> str:
+    """pkg/__pycache__/mod.cpython-314.pyc -> pkg/mod.pyc: zipimport reads a module's bytecode only
+    from beside its source (Lib/zipimport.py, _zip_searchorder), never from __pycache__."""
+    folder, _, file = name.rpartition("/__pycache__/")
+    return f"{folder}/{file.split('.', 1)[0]}.pyc"
+
+
+def _extension_module_name(name: str) -> str:
+    """pydantic_core/_pydantic_core.cpython-314-wasm32-emscripten.so -> pydantic_core._pydantic_core."""
+    folder, _, file = name.rpartition("/")
+    return ".".join([*filter(None, folder.split("/")), file.split(".", 1)[0]])
+
+
+def bundle_python(site: Path, wheels: list[Path]) -> dict:
+    """Write site/python/: the pure-Python files of the (precompiled) wheels as one zip, and each
+    extension module (.so, WebAssembly) as python/<module>.wasm. Returns what the page's worker
+    needs: {"zip": url, "native": [{"url", "path" (under site-packages), "module"}]}."""
+    import zipfile
+
+    folder = site / PYTHON_FOLDER
+    folder.mkdir(exist_ok=True)
+    files: dict[str, bytes] = {}
+    native = []
+    for wheel in sorted(wheels):
+        with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                if name.endswith("/") or name.endswith(UNUSED_IN_BROWSER) or any(f in name for f in UNUSED_FOLDERS_IN_BROWSER):
+                    continue
+                data = archive.read(name)
+                if name.endswith(".so"):
+                    module = _extension_module_name(name)
+                    url = f"{PYTHON_FOLDER}/{module}.wasm"
+                    (site / url).write_bytes(data)
+                    native.append({"url": url, "path": name, "module": module})
+                    continue
+                files[_legacy_pyc_name(name) if "/__pycache__/" in name else name] = data
+    with zipfile.ZipFile(site / PYTHON_ZIP, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as bundle:
+        for name, data in sorted(files.items()):
+            entry = zipfile.ZipInfo(name, date_time=EPOCH)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.external_attr = 0o644 << 16
+            bundle.writestr(entry, data)
+    lock_info = json.loads((NODE_MODULES / "pyodide" / "pyodide-lock.json").read_text())["info"]
+    return {"zip": PYTHON_ZIP, "native": native, "lock_info": lock_info}
+
+
 # --------------------------------------------------------------------------- page data
 
 
-def page_data(wheels: list[str], python_modules: list[str]) -> dict:
+def page_data(wheels: list[str], python_modules: list[str], python: dict | None = None) -> dict:
     """Computed with CPython from this checkout: catalogs, schema, defaults, the default report."""
     sys.path[:0] = [str(ROOT / "core"), str(WEB / "py")]
     import trainmem_web  # web/py: the same module the browser runs
@@ -284,6 +367,7 @@ def page_data(wheels: list[str], python_modules: list[str]) -> dict:
     data["core_defaults"] = Setup.model_validate({"model": default_model}).model_dump(mode="json")
     data["wheels"] = wheels
     data["python_modules"] = python_modules
+    data["python"] = python
     return data
 
 
@@ -331,6 +415,8 @@ def write_manifest(site: Path, data: dict) -> dict:
         "pyodide": json.loads((NODE_MODULES / "pyodide" / "package.json").read_text())["version"],
         "total_bytes": sum(entry["bytes"] for entry in files.values()),
         "files": files,
+        # What the service worker caches: every file but those the page never fetches.
+        "cache_files": [path for path in files if not path.startswith(NOT_FETCHED_BY_THE_PAGE)],
     }
     (site / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -366,15 +452,17 @@ def build(site: Path) -> dict:
         log("compiling the standard library and the wheels to Python 3.14 bytecode (Pyodide under Node)")
         run(["node", str(WEB / "tools" / "precompile.mjs"), str(staging), str(keep)])
     python_modules = sorted(f"py/{p.name}" for p in (staging / "py").glob("*.py"))
+    log("bundling the wheels' Python files into one zip for the page (python/)")
+    python = bundle_python(staging, [wheels_dir / name for name in wheels])
 
     log("computing the default setup with CPython")
-    data = page_data(sorted(wheels), python_modules)
+    data = page_data(sorted(wheels), python_modules, python)
     for page in ("index.html", "embed.html"):
         path = staging / page
         html = path.read_text(encoding="utf-8")
         html = html.replace("@CSP@", CONTENT_SECURITY_POLICY).replace("@VERSION@", data["trainmem_version"])
         html = html.replace("@APP_DATA@", script_json(data))
-        engine_config = {"wheels": data["wheels"], "python_modules": data["python_modules"]}
+        engine_config = {"wheels": data["wheels"], "python_modules": data["python_modules"], "python": python}
         html = html.replace("@ENGINE_CONFIG@", script_json(engine_config))
         path.write_text(html, encoding="utf-8")
     log("pre-rendering the default result into the HTML")

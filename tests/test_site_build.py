@@ -66,3 +66,76 @@ def test_service_worker_version_follows_the_files(tmp_path):
     assert build_site.stamp_service_worker(tmp_path) == first
     (tmp_path / "a.txt").write_text("two")
     assert build_site.stamp_service_worker(tmp_path) != first
+
+
+def _wheel(path: Path, files: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_bundle_python_puts_pure_files_in_one_zip_and_extensions_beside_it(tmp_path, monkeypatch):
+    pure = _wheel(tmp_path / "pkg-1.0-py3-none-any.whl", {
+        "pkg/__init__.py": b"from .mod import x\n",
+        "pkg/__pycache__/__init__.cpython-314.pyc": b"PYC-INIT",
+        "pkg/__pycache__/mod.cpython-314.pyc": b"PYC-MOD",
+        "pkg/mod.py": b"x = 1\n",
+        "pkg/py.typed": b"",
+        "pkg-1.0.dist-info/METADATA": b"Name: pkg\n",
+    })
+    native = _wheel(tmp_path / "ext-2.0-cp314-cp314-pyemscripten_2026_0_wasm32.whl", {
+        "ext/__init__.pyc": b"PYC-EXT",
+        "ext/_ext.cpython-314-wasm32-emscripten.so": b"\0asm-the-library",
+        "ext/_ext/__init__.pyi": b"def f() -> None: ...\n",
+        "ext-2.0.dist-info/sboms/ext.cyclonedx.json": b"{}",
+        "ext-2.0.dist-info/RECORD": b"",
+    })
+    lock = tmp_path / "node_modules" / "pyodide" / "pyodide-lock.json"
+    lock.parent.mkdir(parents=True)
+    lock.write_text('{"info": {"abi_version": "2026_0"}, "packages": {"big": {}}}')
+    monkeypatch.setattr(build_site, "NODE_MODULES", tmp_path / "node_modules")
+    site = tmp_path / "site"
+    site.mkdir()
+    bundle = build_site.bundle_python(site, [pure, native])
+    assert bundle == {
+        "zip": "python/site-packages.zip",
+        "native": [{"url": "python/ext._ext.wasm", "path": "ext/_ext.cpython-314-wasm32-emscripten.so", "module": "ext._ext"}],
+        "lock_info": {"abi_version": "2026_0"},
+    }
+    assert (site / "python" / "ext._ext.wasm").read_bytes() == b"\0asm-the-library"
+    with zipfile.ZipFile(site / "python" / "site-packages.zip") as archive:
+        # zipimport reads bytecode only from beside the source, so __pycache__'s pycs move there.
+        assert sorted(archive.namelist()) == ["ext-2.0.dist-info/RECORD", "ext/__init__.pyc", "pkg-1.0.dist-info/METADATA",
+                                              "pkg/__init__.py", "pkg/__init__.pyc", "pkg/mod.py", "pkg/mod.pyc"]
+        assert archive.read("pkg/mod.pyc") == b"PYC-MOD"
+    first = (site / "python" / "site-packages.zip").read_bytes()
+    build_site.bundle_python(site, [pure, native])
+    assert (site / "python" / "site-packages.zip").read_bytes() == first  # reproducible
+
+
+def test_node_modules_are_compared_with_the_lockfile_by_content(tmp_path):
+    lock = tmp_path / "package-lock.json"
+    lock.write_text('{"packages": {"": {"name": "web"}, "node_modules/a": {"version": "1.0.0", "integrity": "sha512-x"}}}')
+    marker = tmp_path / ".package-lock.json"
+    assert not build_site._installed_matches_lock(marker, lock)  # nothing installed
+    marker.write_text('{"packages": {"node_modules/a": {"version": "1.0.0", "integrity": "sha512-x"}}}')
+    assert build_site._installed_matches_lock(marker, lock)
+    marker.write_text('{"packages": {"node_modules/a": {"version": "0.9.0", "integrity": "sha512-y"}}}')
+    assert not build_site._installed_matches_lock(marker, lock)
+
+
+def test_the_service_worker_caches_what_the_page_fetches_not_the_wheels(tmp_path, monkeypatch):
+    package = tmp_path / "node_modules" / "pyodide" / "package.json"
+    package.parent.mkdir(parents=True)
+    package.write_text('{"version": "314.0.7"}')
+    monkeypatch.setattr(build_site, "NODE_MODULES", tmp_path / "node_modules")
+    site = tmp_path / "site"
+    (site / "wheels").mkdir(parents=True)
+    (site / "python").mkdir()
+    (site / "wheels" / "pkg-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (site / "python" / "site-packages.zip").write_bytes(b"zip")
+    (site / "index.html").write_text("<!doctype html>")
+    manifest = build_site.write_manifest(site, {"trainmem_version": "0.1.0"})
+    assert "wheels/pkg-1.0-py3-none-any.whl" in manifest["files"]
+    assert sorted(manifest["cache_files"]) == ["index.html", "python/site-packages.zip", "sw.js"]

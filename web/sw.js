@@ -19,7 +19,8 @@ self.addEventListener("install", (event) => {
       const manifest = await response.clone().json();
       if (manifest.site_version !== VERSION) throw new Error("manifest.json is of another build");
       const cache = await caches.open(CACHE);
-      const files = Object.keys(manifest.files).filter((path) => path !== "sw.js");
+      // cache_files: the files the page fetches (the manifest also lists the wheels, for the Node tests).
+      const files = (manifest.cache_files ?? Object.keys(manifest.files)).filter((path) => path !== "sw.js");
       await cache.addAll(["./", ...files].map((path) => new Request(path, { cache: "no-cache" })));
       await cache.put("manifest.json", response);
       await self.skipWaiting();

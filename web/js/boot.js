@@ -9,5 +9,6 @@ export const engine = new Engine({
   workerUrl: new URL("./worker.js", import.meta.url),
   wheels: config.wheels,
   modules: config.python_modules,
+  python: config.python,
 });
 engine.start();

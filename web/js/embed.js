@@ -102,6 +102,7 @@ const engine = new Engine({
   workerUrl: new URL("./worker.js", import.meta.url),
   wheels: data.wheels,
   modules: data.python_modules,
+  python: data.python,
   onProgress: (message) => setProgress(message.fraction, message.label),
 });
 

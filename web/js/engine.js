@@ -20,10 +20,11 @@ export function cancelledMessage(limitMs) {
 }
 
 export class Engine {
-  constructor({ workerUrl, wheels, modules, onProgress }) {
+  constructor({ workerUrl, wheels, modules, python, onProgress }) {
     this.workerUrl = workerUrl;
     this.wheels = wheels;
     this.modules = modules;
+    this.python = python; // the bundle of the page's Python code (build_site.py bundle_python)
     this.progressListener = onProgress || null;
     this.lastProgress = null;
     this.worker = null;
@@ -53,7 +54,7 @@ export class Engine {
       for (const { reject } of this.pending.values()) reject(new Error(event.message || "the engine failed"));
       this.pending.clear();
     });
-    this.ready = this.post("boot", { wheels: this.wheels, modules: this.modules });
+    this.ready = this.post("boot", { wheels: this.wheels, modules: this.modules, python: this.python });
     return this.ready;
   }
 

@@ -1,8 +1,22 @@
-// Module Web Worker: loads Pyodide, the pinned wheels (trainmem, pydantic, ...) and the page's
-// Python modules (py/trainmem_web.py, the bridge), then answers compute requests. Everything is fetched
-// from this site: the wheels by explicit URL, so no package index is ever consulted.
+// Module Web Worker: loads Pyodide and the page's Python code, then answers compute requests.
+// Everything is fetched from this site, so no package index is ever consulted.
+//
+// Start-up (issue 14): every download starts at once, before Pyodide's runtime has loaded, and
+// nothing waits on Python that need not:
+//  * python/site-packages.zip (build_site.py bundle_python): every pure-Python file of the wheels
+//    (trainmem, pydantic, typing_extensions, ...), already bytecode, written to the file system in
+//    one call and put on sys.path as it is: zipimport reads it, nothing is unpacked;
+//  * each WebAssembly extension module (pydantic-core's) is compiled while loadPyodide runs
+//    (WebAssembly.compileStreaming), then instantiated into Pyodide's runtime and handed to
+//    emscripten's dynamic loader as already loaded (Module.preloadedWasm, the same table its
+//    own preload plugin fills: registerWasmPlugin in pyodide.asm.mjs), so Python's import of it
+//    compiles nothing; a meta-path finder maps the module's name to its file;
+//  * loadPyodide gets the lock file's `info` inline (lockFileContents), so it neither fetches nor
+//    parses pyodide-lock.json: the page loads no package by name.
 
-import { loadPyodide } from "../pyodide/pyodide.mjs";
+// Pyodide's loader is imported when the boot message comes, after the other downloads have started
+// (a static import would hold this module, and so the boot message, until it had loaded).
+const pyodideLoader = () => import("../pyodide/pyodide.mjs");
 
 let bridge = null;
 
@@ -10,41 +24,103 @@ function progress(stage, fraction, label) {
   self.postMessage({ type: "progress", stage, fraction, label });
 }
 
-async function boot({ wheels, modules }) {
+async function fetchOk(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`cannot load ${url.pathname ?? url}: HTTP ${response.status}`);
+  return response;
+}
+
+/** A WebAssembly module compiled while it downloads (from its bytes when the type is not application/wasm). */
+async function compileNative(url) {
+  const response = await fetchOk(url);
+  const bytes = response.clone().arrayBuffer();
+  try {
+    return { wasm: await WebAssembly.compileStreaming(response), bytes: new Uint8Array(await bytes) };
+  } catch (error) {
+    if (!(error instanceof TypeError)) throw error; // a served type other than application/wasm
+    const data = new Uint8Array(await bytes);
+    return { wasm: await WebAssembly.compile(data), bytes: data };
+  }
+}
+
+/** Python, run before the first import: the bundle on sys.path, the extension modules by name. */
+const BOOTSTRAP = `
+import sys
+from importlib.machinery import ExtensionFileLoader, ModuleSpec
+
+class _NativeExtensions:
+    """A meta-path finder for the extension modules the worker wrote outside the zip (zipimport
+    cannot load a shared library): their dotted name -> file path (web/js/worker.js)."""
+    paths = {}
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        location = cls.paths.get(name)
+        if location is None:
+            return None
+        spec = ModuleSpec(name, ExtensionFileLoader(name, location), origin=location)
+        spec.has_location = True
+        return spec
+
+def _install(zip_path, native_json):
+    import json
+    _NativeExtensions.paths.update(json.loads(native_json))
+    sys.meta_path.insert(0, _NativeExtensions)
+    sys.path.insert(1, zip_path)
+`;
+
+async function boot({ modules, python }) {
   const started = performance.now();
   progress("runtime", 0.05, "Loading Python (Pyodide)…");
   const base = new URL("../", import.meta.url);
+  if (!python) throw new Error("this page's engine configuration has no python bundle (rebuild the site)");
+  // Every download at once: the bundle, the extensions (compiled as they arrive), the page's modules.
+  const bundle = fetchOk(new URL(python.zip, base)).then((response) => response.arrayBuffer());
+  const natives = python.native.map((lib) => compileNative(new URL(lib.url, base)).then((compiled) => ({ ...lib, ...compiled })));
   const sources = Promise.all(
-    modules.map(async (path) => {
-      const response = await fetch(new URL(path, base));
-      if (!response.ok) throw new Error(`cannot load ${path}: HTTP ${response.status}`);
-      return [path.split("/").pop(), await response.text()];
-    }),
+    modules.map(async (path) => [path.split("/").pop(), await (await fetchOk(new URL(path, base))).text()]),
   );
+  for (const pending of [bundle, sources, ...natives]) pending.catch(() => {}); // awaited below
+  const { loadPyodide } = await pyodideLoader();
+  let sitePackages = null;
   // PYDANTIC_DISABLE_PLUGINS: pydantic otherwise scans every installed distribution's entry points
   // (importlib.metadata) when it builds its first model; the page has no pydantic plugin.
   const pyodide = await loadPyodide({
     indexURL: new URL("pyodide/", base).href,
+    lockFileContents: { info: python.lock_info, packages: {} },
     env: { PYDANTIC_DISABLE_PLUGINS: "__all__" },
+    fsInit: (FS, { sitePackages: folder }) => {
+      sitePackages = folder;
+    },
     stdout: () => {},
     stderr: () => {},
   });
   progress("packages", 0.6, "Loading trainmem and pydantic…");
-  const failures = [];
-  await pyodide.loadPackage(
-    wheels.map((name) => new URL(`wheels/${name}`, base).href),
-    { messageCallback: () => {}, errorCallback: (message) => failures.push(message) },
-  );
-  progress("import", 0.8, "Importing trainmem…");
+  const zipPath = "/lib/trainmem-site-packages.zip";
+  pyodide.FS.writeFile(zipPath, new Uint8Array(await bundle));
+  const Module = pyodide._module; // emscripten's module: its dynamic loader (pyodide.asm.mjs)
+  const nativePaths = {};
+  for (const lib of await Promise.all(natives)) {
+    const path = `${sitePackages}/${lib.path}`;
+    pyodide.FS.mkdirTree(path.slice(0, path.lastIndexOf("/")));
+    pyodide.FS.writeFile(path, lib.bytes); // the import system finds the file; its code is preloaded
+    const flags = { loadAsync: true, nodelete: true, allowUndefined: true };
+    Module.preloadedWasm[path] = await Module.loadWebAssemblyModule(lib.wasm, flags, path, {});
+    nativePaths[lib.module] = path;
+  }
   for (const [name, source] of await sources) pyodide.FS.writeFile(`/home/pyodide/${name}`, source);
+  progress("import", 0.8, "Importing trainmem…");
   try {
+    const namespace = pyodide.globals.get("dict")();
+    pyodide.runPython(BOOTSTRAP, { globals: namespace });
+    namespace.get("_install")(zipPath, JSON.stringify(nativePaths));
+    namespace.destroy();
     bridge = pyodide.pyimport("trainmem_web");
   } catch (error) {
-    // loadPackage reports failures without throwing: the import is the real check.
-    throw new Error(`cannot import trainmem in Pyodide: ${failures.join("; ") || error.message}`);
+    throw new Error(`cannot import trainmem in Pyodide: ${error.message}`);
   }
   progress("ready", 1, "Ready");
-  return { seconds: (performance.now() - started) / 1000, failures };
+  return { seconds: (performance.now() - started) / 1000, failures: [] };
 }
 
 const handlers = {
