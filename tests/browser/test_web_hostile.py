@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 from browser_helpers import ENGINE_TIMEOUT_MS, assert_page_matches_cli, page_numbers, setup_json, wait_computed, wait_engine_ready
 
 ARCHITECTURE = {
@@ -56,6 +58,20 @@ def _settle(page) -> None:
         arg=INLINE,
         timeout=ENGINE_TIMEOUT_MS,
     )
+
+
+def _shows_message(page, fragment: str) -> bool:
+    """Wait until an inline message contains ``fragment`` (a message of the previous setup may still be
+    on screen for a moment: waiting for any message would read that one); False when none does in time."""
+    try:
+        page.wait_for_function(
+            """([selector, fragment]) => [...document.querySelectorAll(selector)].some((el) => el.textContent.includes(fragment))""",
+            arg=[INLINE, fragment],
+            timeout=ENGINE_TIMEOUT_MS,
+        )
+    except PlaywrightTimeout:  # the caller's assertion names what was shown instead
+        return False
+    return True
 
 
 def _go(page, hash_: str) -> None:
@@ -119,9 +135,7 @@ def test_a_hostile_pasted_config_gets_an_inline_message(page, guard, site_url):
         wait_computed(page)
         page.get_by_test_id("input-model.preset").select_option("@hf_config")
         textarea.fill(json.dumps(config))
-        _settle(page)
-        messages = _inline_messages(page)
-        assert any(fragment in text for text in messages), (config, messages)
+        assert _shows_message(page, fragment), (config, _inline_messages(page))
     _go(page, VALID_HASH)
     wait_computed(page)
     page.get_by_test_id("input-model.preset").select_option("@hf_config")
