@@ -793,6 +793,8 @@ def _micro_batch(
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
+    for name, nbytes, detail in _forward_locals(plan):
+        account.set("activations", name, nbytes, detail)
     if packing.packed_mask(plan.setup):
         account.set("activations", "packed-row attention mask", rounded(packing.mask_bytes(plan.setup), plan.device), packing.MASK_DETAIL)
     if padding_mask.padding_mask(plan.setup):
@@ -862,6 +864,8 @@ def _micro_batch(
     head = traces.head
     if head is not None and getattr(plan.family, "embedding_output_freed_before_head", False):
         account.set("activations", "embedding output", 0)  # the base model returned before the task head
+    for name, _, _ in _forward_locals(plan):
+        account.set("activations", name, 0)  # the base model's forward returned
     if head is not None:
         training_phases.record_teacher_forward(plan, account, micro_batch, suffix)
         account.record(
@@ -1098,6 +1102,17 @@ def _rotary_bytes(plan: Plan) -> int:
     if plan.family.rotary_tables_per_sample:
         tables = [nbytes * packing.row_shape(plan.setup)[0] for nbytes in tables]
     return arch.rope_sets * sum(rounded(nbytes, plan.device) for nbytes in tables)
+
+
+def _forward_locals(plan: Plan) -> list[tuple[str, int, str]]:
+    """The family's tensors made once per forward for all layers (``DecoderFamily.forward_locals_bytes``), rounded."""
+    arch = plan.architecture
+    if arch is None or plan.setup.activation_checkpointing == "full":
+        return []  # not modelled with full checkpointing (the layers' recompute would need them in backward)
+    rows, seq = packing.row_shape(plan.setup)
+    rows = rows if padding_mask.padding_mask(plan.setup) else 1
+    tensors = plan.family.forward_locals_bytes(arch, rows, seq, attention_kernel(plan))
+    return [(name, rounded(nbytes, plan.device), detail) for name, nbytes, detail in tensors]
 
 
 def _resident_gradient_buffer(plan: Plan) -> str:
