@@ -786,8 +786,18 @@ def _micro_batch(
         account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")
         account.add("activations", saved_name, embedding.saved_activation_bytes)
         account.add("parameters", copies_name, embedding.saved_weight_copy_bytes)  # a patch conv's cast weight
+        # What the embedding's forward holds at its high-water mark besides what it keeps (BERT's three lookups
+        # and their sums before the LayerNorm): a transient of the embedding moment.
+        embedding_working = embedding.forward_peak_bytes - embedding.output_bytes - embedding.saved_activation_bytes
+        embedding_working -= embedding.saved_weight_copy_bytes
         account.record(
-            "embedding" + suffix, "forward", micro_batch, {("parameters", "gathered weights"): ends_gathered}
+            "embedding" + suffix,
+            "forward",
+            micro_batch,
+            {
+                ("parameters", "gathered weights"): ends_gathered,
+                ("activations", "embedding working memory"): max(0, embedding_working),
+            },
         )
         vision_step.forward(plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist, stream)
     else:
@@ -862,8 +872,10 @@ def _micro_batch(
         account.set("activations", "padding attention mask", 0)
     # ---- loss, and the start of backward
     head = traces.head
-    if head is not None and getattr(plan.family, "embedding_output_freed_before_head", False):
-        account.set("activations", "embedding output", 0)  # the base model returned before the task head
+    base_model_returned = getattr(plan.family, "embedding_output_freed_before_head", False) or arch_task(plan) == "embedding"
+    if head is not None and base_model_returned:
+        # the base model returned before the task head (the embedding task pools the bare encoder's output)
+        account.set("activations", "embedding output", 0)
     for name, _, _ in _forward_locals(plan):
         account.set("activations", name, 0)  # the base model's forward returned
     if head is not None:
