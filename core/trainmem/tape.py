@@ -114,6 +114,9 @@ class Node:
     """Scratch memory the node's backward needs beyond the input gradients (e.g. recomputed scores)."""
     grad_is_view: bool = False
     """The input's gradient is a view of the output's (``sum_backward``: ``grad.expand(sizes)``): no new memory."""
+    grad_passes_through: bool = False
+    """``AddBackward0`` hands the output's gradient itself to each input of the output's shape and dtype
+    (``grad`` and ``maybe_multiply(grad, alpha)`` with alpha 1 in tools/autograd/derivatives.yaml): no copy."""
 
 
 @dataclass
@@ -187,6 +190,7 @@ class Tape:
         outputs: Iterable[Sym],
         extra_backward_bytes: int = 0,
         grad_is_view: bool = False,
+        grad_passes_through: bool = False,
     ) -> None:
         inputs = [t for t in inputs if t.requires_grad]
         outputs = list(outputs)
@@ -197,7 +201,7 @@ class Tape:
             if tensor.tag not in NOT_NEW_MEMORY:
                 self.saved_storages.setdefault(tensor.storage, tensor)
                 self.keep(tensor)
-        self.nodes.append(Node(op, kept, inputs, outputs, extra_backward_bytes, grad_is_view))
+        self.nodes.append(Node(op, kept, inputs, outputs, extra_backward_bytes, grad_is_view, grad_passes_through))
 
     def saved_bytes(self, tags: tuple[str, ...] = ("activation",)) -> int:
         return sum(t.storage_nbytes for t in self.saved_storages.values() if t.tag in tags)
@@ -341,7 +345,7 @@ class Tape:
 
     def add(self, a: Sym, b: Sym) -> Sym:
         out = self.new(max(a.numel, b.numel), self.promote(a.dtype, b.dtype), a.requires_grad or b.requires_grad)
-        self.record("add", [], [a, b], [out])
+        self.record("add", [], [a, b], [out], grad_passes_through=True)
         return out
 
     def unary_saving_input(self, op: str, x: Sym, out_dtype: Optional[str] = None) -> Sym:
@@ -466,6 +470,22 @@ class Tape:
         return BackwardReplay.run(self, list(output_grads), parameter_grads_exist)
 
 
+def _passed_through(node: Node, grads: dict[int, int], producer: dict[int, int]) -> list[Sym]:
+    """The inputs of a pass-through node (``add``) that receive the output's gradient itself, the one whose
+    producer ran first in the forward (whose gradient the engine needs last) first; [] when none can."""
+    if not node.grad_passes_through or len(node.outputs) != 1:
+        return []
+    out = node.outputs[0]
+    same = [
+        t for t in node.grad_inputs
+        if t.tag != "parameter" and t.uid not in grads and t.numel == out.numel and t.dtype == out.dtype
+    ]
+    unique = list({t.uid: t for t in same}.values())  # x + x: one input, its gradient summed (a new tensor)
+    if len(unique) != len(same):
+        return []
+    return sorted(same, key=lambda t: producer.get(t.uid, -1))
+
+
 @dataclass
 class BackwardReplay:
     """The result of replaying a tape's backward pass.
@@ -521,9 +541,11 @@ class BackwardReplay:
         at_peak = (saved["activation"], saved["weight_copy"], grad_bytes, 0)
         events: list[tuple] = []
         transients = 0
+        producer = {out.uid: index for index, node in enumerate(tape.nodes) for out in node.outputs}
         for node in reversed(tape.nodes):
             if not any(out.uid in grads for out in node.outputs):
                 continue  # no gradient reaches this node: the engine never runs it
+            shared = _passed_through(node, grads, producer)
             new_activation_grads = node.extra_backward_bytes
             new_param_grads = 0
             transient_param_grads = 0
@@ -543,8 +565,8 @@ class BackwardReplay:
                 elif tensor.uid in grads:
                     new_activation_grads += size  # a second consumer: summed into the existing gradient
                     node_transients.append(size)
-                elif node.grad_is_view:
-                    grads[tensor.uid] = 0  # a view of the output's gradient (kept alive by it: not counted apart)
+                elif node.grad_is_view or tensor in shared:
+                    grads[tensor.uid] = 0  # a view of the output's gradient, or the gradient itself (see below)
                 else:
                     grads[tensor.uid] = size
                     grad_bytes += size
@@ -565,6 +587,13 @@ class BackwardReplay:
                 if freed:
                     grad_bytes -= freed
                     events.append(("free", ("g", out.uid), freed))
+                    if shared:
+                        # the gradient lives on as the input's whose own gradient is needed last (the residual
+                        # stream's): one storage, counted once (re-keyed for the allocator replay)
+                        holder = shared[0]
+                        grads[holder.uid] = freed
+                        grad_bytes += freed
+                        events.append(("alloc", ("g", holder.uid), freed))
             for tensor in node.saved:
                 if tensor.tag in NOT_NEW_MEMORY:
                     continue
