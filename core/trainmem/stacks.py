@@ -79,8 +79,8 @@ class Stack:
     outputs_held_until_loss: bool = False
     """The wrapper returns the stack's outputs in the model's output object (transformers 5.24
     ``LlavaCausalLMOutputWithPast.image_outputs``: the tower's ``hidden_states`` tuple and the projector's
-    per-image features): its last piece's output (every piece's, with ``keeps_hidden_states``) lives until the
-    loss is taken (measured, torch 2.13 CPU: LLaVA with a trained and a frozen tower)."""
+    per-image features): its last piece's output lives until the loss is taken (measured, torch 2.13 CPU: LLaVA
+    with a trained tower; with a frozen one a second hidden state was held too, not modelled)."""
 
     @property
     def saved_name(self) -> str:
@@ -125,12 +125,8 @@ def forward(account: MemoryAccount, stacks: Sequence[Stack], micro_batch: int, s
                 account.add("parameters", "autocast weight copies", -copies * piece.count)
                 account.add("parameters", "autocast cache", copies * piece.count)  # cached until autocast exits
         if stack.outputs_held_until_loss and stack.pieces and stack is not stacks[-1]:  # the last: see merged()
-            held = (
-                account.get("activations", f"{stack.name}: hidden states")
-                if stack.keeps_hidden_states
-                else stack.pieces[-1].trace.output_bytes
-            )
-            account.add("activations", DISCARDED, held, DISCARDED_DETAIL)
+            # the last piece's output (a frozen tower measured one more hidden state held: not modelled)
+            account.add("activations", DISCARDED, stack.pieces[-1].trace.output_bytes, DISCARDED_DETAIL)
         if previous is not None:
             account.set("activations", f"{previous.name}: output", 0)
         account.set("activations", f"{stack.name}: hidden states", 0)
