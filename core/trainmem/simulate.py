@@ -849,6 +849,10 @@ def _micro_batch(
                 else trace.cache_only_weight_copy_bytes,
                 ("parameters", "unsharded layers kept for backward"): kept_by_kind.get(kind, 0),
             }
+            if getattr(plan.family, "encoder_keeps_layer_outputs", False) and not recompute:
+                # the encoder collects every layer's output (all_hidden_states) until the base model returns
+                takes_embedding = indices[0] == stage.first_layer and embedding is not None
+                delta[("activations", LAYER_OUTPUTS)] = 0 if takes_embedding or trace.input_saved else stream
             labels = [f"layer {i} forward{suffix}" for i in indices]
             account.record_series(
                 labels,
@@ -876,6 +880,7 @@ def _micro_batch(
     if head is not None and base_model_returned:
         # the base model returned before the task head (the embedding task pools the bare encoder's output)
         account.set("activations", "embedding output", 0)
+        account.set("activations", LAYER_OUTPUTS, 0)
     for name, _, _ in _forward_locals(plan):
         account.set("activations", name, 0)  # the base model's forward returned
     if head is not None:
@@ -895,6 +900,7 @@ def _micro_batch(
         )
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
+        account.set("activations", LAYER_OUTPUTS, 0)
         account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
         account.set("activations", stacks.DISCARDED, 0)  # the model's output object is dropped after the loss
         encoder_step.end_forward(plan, account, _kernels(plan, False))
@@ -1114,6 +1120,10 @@ def _rotary_bytes(plan: Plan) -> int:
     if plan.family.rotary_tables_per_sample:
         tables = [nbytes * packing.row_shape(plan.setup)[0] for nbytes in tables]
     return arch.rope_sets * sum(rounded(nbytes, plan.device) for nbytes in tables)
+
+
+LAYER_OUTPUTS = "layer outputs kept by the encoder"
+"""``DecoderFamily.encoder_keeps_layer_outputs``: the layers' outputs the encoder's hidden-states tuple holds."""
 
 
 def _forward_locals(plan: Plan) -> list[tuple[str, int, str]]:
