@@ -194,16 +194,18 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     kinds: dict[int, _LayerTraces] = {}
     for position, group, _ in plan.stage_layer_groups(stage):
         kind_arch, kind_shape = group.architecture, _shape(plan, group.architecture)
-        kind_key = (kind_arch, kind_shape, kernels, plan.trainability_key, grads_exist)
+        # A pipeline stage without the head starts its backward from a received gradient its schedule holds.
+        held = not stage.has_head
+        kind_key = (kind_arch, kind_shape, kernels, plan.trainability_key, grads_exist, held)
         layer = _cached(
             ("layer", kind_key, True),
-            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, True, grads_exist),
+            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, True, grads_exist, held),
         )
         first = layer
         if position == first_kind and not first_input_grad:
             first = _cached(
                 ("layer", kind_key, False),
-                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, False, grads_exist),
+                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, False, grads_exist, held),
             )
         no_grad = None
         if checkpointing == "full":

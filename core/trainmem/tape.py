@@ -138,6 +138,11 @@ class Tape:
     """Weight copies (autocast casts, dequantised weights) among ``peak_live_bytes`` at that moment."""
     _live_bytes: int = 0
     _weight_cache: dict[int, Sym] = field(default_factory=dict)
+    output_grads_held: bool = False
+    """The gradient that starts the backward is held outside the graph (a pipeline stage's gradient receive
+    buffer, torch.distributed.pipelining): the ``add`` that consumes it cannot hand it on, since the engine's
+    accumulation into a tensor still referenced elsewhere is out of place (torch/csrc/autograd/input_buffer.cpp
+    ``accumulate``); its inputs' gradients are new tensors. Measured: the pipelined llama stages."""
     events: list[tuple[str, int, int]] = field(default_factory=list)
     """The allocation log: ("alloc" | "free", storage id, bytes) in program order, for replaying the
     forward through a model of the CUDA caching allocator (``trainmem.cuda``)."""
@@ -542,10 +547,11 @@ class BackwardReplay:
         events: list[tuple] = []
         transients = 0
         producer = {out.uid: index for index, node in enumerate(tape.nodes) for out in node.outputs}
+        held = {grad.uid for grad in output_grads} if tape.output_grads_held else set()
         for node in reversed(tape.nodes):
             if not any(out.uid in grads for out in node.outputs):
                 continue  # no gradient reaches this node: the engine never runs it
-            shared = _passed_through(node, grads, producer)
+            shared = [] if any(out.uid in held for out in node.outputs) else _passed_through(node, grads, producer)
             new_activation_grads = node.extra_backward_bytes
             new_param_grads = 0
             transient_param_grads = 0
