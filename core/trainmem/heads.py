@@ -35,9 +35,11 @@ class EncoderLayerProgram(LayerProgram):
         if self.family.attention_output_dropout:
             attended = self._dropped(attended, arch.residual_dropout)
         summed = tape.add(attended, x)
-        tape.release(attended)
         hidden = self.norm(names.post_attention_norm, summed, rows, h)
-        tape.release(summed)
+        # ``BertSelfOutput.forward``: ``LayerNorm(hidden_states + input_tensor)``, the dense output is its local
+        # until it returns; ``BertOutput.forward`` likewise keeps its ``input_tensor`` through its LayerNorm
+        # (measured, torch 2.13 CPU: both freed after the norm's output exists).
+        tape.release(attended, summed)
         inner = self.linear(names.intermediate, hidden, h, shape.intermediate, True)
         activated = self._activation(inner)
         tape.release(inner)
@@ -45,9 +47,8 @@ class EncoderLayerProgram(LayerProgram):
         tape.release(activated)
         out = self._dropped(out, arch.residual_dropout)
         summed = tape.add(out, hidden)
-        tape.release(out, hidden)
         result = self.norm(names.post_feedforward_norm, summed, rows, h)
-        tape.release(summed)
+        tape.release(out, hidden, summed)
         return result
 
     def _attention_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
@@ -171,7 +172,7 @@ class EncoderLayerProgram(LayerProgram):
         mask = tape.new(tokens, x.dtype, False)  # attention_mask.unsqueeze(-1).to(dtype): (2b, s, 1)
         masked = tape.mul(x, mask)  # broadcast over the hidden size
         accumulation = "fp32" if x.dtype in ("bf16", "fp16") else x.dtype
-        summed = tape.reduce(masked, sequences * h, dtype=accumulation)
+        summed = tape.sum(masked, sequences * h, dtype=accumulation)
         tape.release(masked)
         counts = tape.new(sequences, accumulation, False)  # mask.sum(1, dtype=...).clamp(min=1e-9)
         divided = tape.mul(summed, counts)  # sum / count (DivBackward saves the divisor)

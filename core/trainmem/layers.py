@@ -117,6 +117,16 @@ class LayerProgram:
     def parameter(self, module: str, numel: int, dtype: Optional[str] = None) -> Sym:
         return Sym(numel, dtype or self.kernels.weight_dtype, self.trainability.trains(module), "parameter")
 
+    def module_parameter(self, module: str, role: str, numel: int, dtype: Optional[str] = None) -> Sym:
+        """A module's ``role`` tensor (weight, bias), the same Sym each time the module runs in this layer: a
+        module called twice (DeBERTa's query/key projections of the relative embeddings, ``share_att_key``)
+        has one autocast cast (the cache is keyed by the weight) and one ``.grad`` (measured, torch 2.13 CPU)."""
+        cache = self.__dict__.setdefault("_module_parameters", {})
+        key = (module, role, numel, dtype)
+        if key not in cache:
+            cache[key] = self.parameter(module, numel, dtype)
+        return cache[key]
+
     # ------------------------------------------------------------------ norms
     def norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
         if self.arch.norm == "layernorm":
@@ -183,10 +193,10 @@ class LayerProgram:
         tape = self.tape
         quantized = self.kernels.quantized_compute_dtype is not None
         weight_dtype = "uint8" if quantized else None
-        weight = self.parameter(
-            module, in_features * out_features if not quantized else in_features * out_features // 2, weight_dtype
+        weight = self.module_parameter(
+            module, "weight", in_features * out_features if not quantized else in_features * out_features // 2, weight_dtype
         )
-        bias_param = self.parameter(module, out_features) if bias else None
+        bias_param = self.module_parameter(module, "bias", out_features) if bias else None
         if quantized:
             result = self._dequantized_matmul(x, weight, in_features, out_features)
         elif self.kernels.fp8_matmuls:
@@ -235,8 +245,6 @@ class LayerProgram:
         down = tape.linear(dropped, lora_a, rank)
         if dropped is not x_cast:
             tape.release(dropped)
-        if x_cast is not x:
-            tape.release(x_cast)
         if gather_rows:
             gathered = tape.new(gather_rows * rank, down.dtype, down.requires_grad)
             tape.record("all_gather", [], [down], [gathered])
@@ -252,6 +260,10 @@ class LayerProgram:
         out = tape.to(summed, result_dtype)
         if out is not summed:
             tape.release(summed)
+        if x_cast is not x:
+            # ``x = self._cast_input_dtype(x, lora_A.weight.dtype)`` rebinds forward's local: the cast lives
+            # until ``lora.Linear.forward`` returns (measured, torch 2.13 CPU, AMP bf16 with fp32 adapters).
+            tape.release(x_cast)
         return out
 
     # ------------------------------------------------------------------ attention
@@ -815,9 +827,10 @@ def trace_layer(
     trainability: Trainability,
     input_requires_grad: bool,
     parameter_grads_exist: bool = False,
+    output_grad_held: bool = False,
 ) -> Trace:
-    """Replay one decoder layer forward and backward."""
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    """Replay one decoder layer forward and backward (``output_grad_held``: see ``Tape.output_grads_held``)."""
+    tape = Tape(device=kernels.device, autocast=kernels.autocast, output_grads_held=output_grad_held)
     x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_requires_grad)
     from .models import family_for
 

@@ -194,16 +194,18 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     kinds: dict[int, _LayerTraces] = {}
     for position, group, _ in plan.stage_layer_groups(stage):
         kind_arch, kind_shape = group.architecture, _shape(plan, group.architecture)
-        kind_key = (kind_arch, kind_shape, kernels, plan.trainability_key, grads_exist)
+        # A pipeline stage without the head starts its backward from a received gradient its schedule holds.
+        held = not stage.has_head
+        kind_key = (kind_arch, kind_shape, kernels, plan.trainability_key, grads_exist, held)
         layer = _cached(
             ("layer", kind_key, True),
-            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, True, grads_exist),
+            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, True, grads_exist, held),
         )
         first = layer
         if position == first_kind and not first_input_grad:
             first = _cached(
                 ("layer", kind_key, False),
-                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, False, grads_exist),
+                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, False, grads_exist, held),
             )
         no_grad = None
         if checkpointing == "full":
@@ -802,13 +804,25 @@ def _micro_batch(
         account.set("activations", "embedding output", embedding.output_bytes, "kept until the forward returns")
         account.add("activations", saved_name, embedding.saved_activation_bytes)
         account.add("parameters", copies_name, embedding.saved_weight_copy_bytes)  # a patch conv's cast weight
+        # What the embedding's forward holds at its high-water mark besides what it keeps (BERT's three lookups
+        # and their sums before the LayerNorm): a transient of the embedding moment.
+        embedding_working = embedding.forward_peak_bytes - embedding.output_bytes - embedding.saved_activation_bytes
+        embedding_working -= embedding.saved_weight_copy_bytes
         account.record(
-            "embedding" + suffix, "forward", micro_batch, {("parameters", "gathered weights"): ends_gathered}
+            "embedding" + suffix,
+            "forward",
+            micro_batch,
+            {
+                ("parameters", "gathered weights"): ends_gathered,
+                ("activations", "embedding working memory"): max(0, embedding_working),
+            },
         )
         vision_step.forward(plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist, stream)
     else:
         account.set("activations", "hidden state", stream, "the current layer's input")
     account.set("activations", "rotary cos/sin", _rotary_bytes(plan), "position embeddings shared by all layers")
+    for name, nbytes, detail in _forward_locals(plan):
+        account.set("activations", name, nbytes, detail)
     if packing.packed_mask(plan.setup):
         account.set("activations", "packed-row attention mask", rounded(packing.mask_bytes(plan.setup), plan.device), packing.MASK_DETAIL)
     if padding_mask.padding_mask(plan.setup):
@@ -853,6 +867,10 @@ def _micro_batch(
                 else trace.cache_only_weight_copy_bytes,
                 ("parameters", "unsharded layers kept for backward"): kept_by_kind.get(kind, 0),
             }
+            if getattr(plan.family, "encoder_keeps_layer_outputs", False) and not recompute:
+                # the encoder collects every layer's output (all_hidden_states) until the base model returns
+                takes_embedding = indices[0] == stage.first_layer and embedding is not None
+                delta[("activations", LAYER_OUTPUTS)] = 0 if takes_embedding or trace.input_saved else stream
             labels = [f"layer {i} forward{suffix}" for i in indices]
             account.record_series(
                 labels,
@@ -876,8 +894,13 @@ def _micro_batch(
         account.set("activations", "padding attention mask", 0)
     # ---- loss, and the start of backward
     head = traces.head
-    if head is not None and getattr(plan.family, "embedding_output_freed_before_head", False):
-        account.set("activations", "embedding output", 0)  # the base model returned before the task head
+    base_model_returned = getattr(plan.family, "embedding_output_freed_before_head", False) or arch_task(plan) == "embedding"
+    if head is not None and base_model_returned:
+        # the base model returned before the task head (the embedding task pools the bare encoder's output)
+        account.set("activations", "embedding output", 0)
+        account.set("activations", LAYER_OUTPUTS, 0)
+    for name, _, _ in _forward_locals(plan):
+        account.set("activations", name, 0)  # the base model's forward returned
     if head is not None:
         training_phases.record_teacher_forward(plan, account, micro_batch, suffix)
         account.record(
@@ -895,6 +918,7 @@ def _micro_batch(
         )
         account.set("activations", "hidden state", 0)
         account.set("activations", "embedding output", 0)
+        account.set("activations", LAYER_OUTPUTS, 0)
         account.set("parameters", "autocast cache", 0)  # the autocast region ends with the loss
         account.set("activations", stacks.DISCARDED, 0)  # the model's output object is dropped after the loss
         encoder_step.end_forward(plan, account, _kernels(plan, False))
@@ -1140,6 +1164,21 @@ def _rotary_bytes(plan: Plan) -> int:
     if plan.family.rotary_tables_per_sample:
         tables = [nbytes * packing.row_shape(plan.setup)[0] for nbytes in tables]
     return arch.rope_sets * sum(rounded(nbytes, plan.device) for nbytes in tables)
+
+
+LAYER_OUTPUTS = "layer outputs kept by the encoder"
+"""``DecoderFamily.encoder_keeps_layer_outputs``: the layers' outputs the encoder's hidden-states tuple holds."""
+
+
+def _forward_locals(plan: Plan) -> list[tuple[str, int, str]]:
+    """The family's tensors made once per forward for all layers (``DecoderFamily.forward_locals_bytes``), rounded."""
+    arch = plan.architecture
+    if arch is None or plan.setup.activation_checkpointing == "full":
+        return []  # not modelled with full checkpointing (the layers' recompute would need them in backward)
+    rows, seq = packing.row_shape(plan.setup)
+    rows = rows if padding_mask.padding_mask(plan.setup) else 1
+    tensors = plan.family.forward_locals_bytes(arch, rows, seq, attention_kernel(plan))
+    return [(name, rounded(nbytes, plan.device), detail) for name, nbytes, detail in tensors]
 
 
 def _resident_gradient_buffer(plan: Plan) -> str:

@@ -31,8 +31,8 @@ from .timeline import MemoryAccount
 
 DISCARDED = "graph of unused stack outputs"
 DISCARDED_DETAIL = (
-    "what pieces whose output feeds nothing saved (LLaVA's last tower layer): freed when the model's output "
-    "object is dropped after the loss"
+    "what pieces whose output feeds nothing saved (LLaVA's last tower layer), and the tower outputs the wrapper "
+    "returns (image_outputs): freed when the model's output object is dropped after the loss"
 )
 
 
@@ -80,6 +80,11 @@ class Stack:
     """What the next stack receives from this one."""
     keeps_hidden_states: bool = False
     """Called with ``output_hidden_states=True``: every piece's output stays alive until the stack returns."""
+    outputs_held_until_loss: bool = False
+    """The wrapper returns the stack's outputs in the model's output object (transformers 5.24
+    ``LlavaCausalLMOutputWithPast.image_outputs``: the tower's ``hidden_states`` tuple and the projector's
+    per-image features): its last piece's output lives until the loss is taken (measured, torch 2.13 CPU: LLaVA
+    with a trained tower; with a frozen one a second hidden state was held too, not modelled)."""
 
     @property
     def saved_name(self) -> str:
@@ -123,6 +128,9 @@ def forward(account: MemoryAccount, stacks: Sequence[Stack], micro_batch: int, s
                 account.add("activations", DISCARDED, saved * piece.count, DISCARDED_DETAIL)
                 account.add("parameters", "autocast weight copies", -copies * piece.count)
                 account.add("parameters", "autocast cache", copies * piece.count)  # cached until autocast exits
+        if stack.outputs_held_until_loss and stack.pieces and stack is not stacks[-1]:  # the last: see merged()
+            # the last piece's output (a frozen tower measured one more hidden state held: not modelled)
+            account.add("activations", DISCARDED, stack.pieces[-1].trace.output_bytes, DISCARDED_DETAIL)
         if previous is not None:
             account.set("activations", f"{previous.name}: output", 0)
         account.set("activations", f"{stack.name}: hidden states", 0)
@@ -141,6 +149,8 @@ def merged(account: MemoryAccount, stacks: Sequence[Stack], micro_batch: int, su
     account.record(
         f"merge {last.name} output{suffix}", "forward", micro_batch, {("activations", "embedding output"): merged_bytes}
     )
+    if last.outputs_held_until_loss:  # the per-image features stay in the model's output object
+        account.add("activations", DISCARDED, account.get("activations", f"{last.name}: output"), DISCARDED_DETAIL)
     account.set("activations", f"{last.name}: output", 0)
 
 

@@ -112,6 +112,11 @@ class Node:
     outputs: list[Sym]
     extra_backward_bytes: int = 0
     """Scratch memory the node's backward needs beyond the input gradients (e.g. recomputed scores)."""
+    grad_is_view: bool = False
+    """The input's gradient is a view of the output's (``sum_backward``: ``grad.expand(sizes)``): no new memory."""
+    grad_passes_through: bool = False
+    """``AddBackward0`` hands the output's gradient itself to each input of the output's shape and dtype
+    (``grad`` and ``maybe_multiply(grad, alpha)`` with alpha 1 in tools/autograd/derivatives.yaml): no copy."""
 
 
 @dataclass
@@ -133,6 +138,11 @@ class Tape:
     """Weight copies (autocast casts, dequantised weights) among ``peak_live_bytes`` at that moment."""
     _live_bytes: int = 0
     _weight_cache: dict[int, Sym] = field(default_factory=dict)
+    output_grads_held: bool = False
+    """The gradient that starts the backward is held outside the graph (a pipeline stage's gradient receive
+    buffer, torch.distributed.pipelining): the ``add`` that consumes it cannot hand it on, since the engine's
+    accumulation into a tensor still referenced elsewhere is out of place (torch/csrc/autograd/input_buffer.cpp
+    ``accumulate``); its inputs' gradients are new tensors. Measured: the pipelined llama stages."""
     events: list[tuple[str, int, int]] = field(default_factory=list)
     """The allocation log: ("alloc" | "free", storage id, bytes) in program order, for replaying the
     forward through a model of the CUDA caching allocator (``trainmem.cuda``)."""
@@ -184,6 +194,8 @@ class Tape:
         inputs: Iterable[Sym],
         outputs: Iterable[Sym],
         extra_backward_bytes: int = 0,
+        grad_is_view: bool = False,
+        grad_passes_through: bool = False,
     ) -> None:
         inputs = [t for t in inputs if t.requires_grad]
         outputs = list(outputs)
@@ -194,7 +206,7 @@ class Tape:
             if tensor.tag not in NOT_NEW_MEMORY:
                 self.saved_storages.setdefault(tensor.storage, tensor)
                 self.keep(tensor)
-        self.nodes.append(Node(op, kept, inputs, outputs, extra_backward_bytes))
+        self.nodes.append(Node(op, kept, inputs, outputs, extra_backward_bytes, grad_is_view, grad_passes_through))
 
     def saved_bytes(self, tags: tuple[str, ...] = ("activation",)) -> int:
         return sum(t.storage_nbytes for t in self.saved_storages.values() if t.tag in tags)
@@ -338,7 +350,7 @@ class Tape:
 
     def add(self, a: Sym, b: Sym) -> Sym:
         out = self.new(max(a.numel, b.numel), self.promote(a.dtype, b.dtype), a.requires_grad or b.requires_grad)
-        self.record("add", [], [a, b], [out])
+        self.record("add", [], [a, b], [out], grad_passes_through=True)
         return out
 
     def unary_saving_input(self, op: str, x: Sym, out_dtype: Optional[str] = None) -> Sym:
@@ -360,6 +372,15 @@ class Tape:
         """A reduction (``mean``/``sum`` over the last dimension): its backward needs only shapes."""
         out = self.new(out_numel, dtype or x.dtype, x.requires_grad)
         self.record("reduce", [], [x], [out])
+        return out
+
+    def sum(self, x: Sym, out_numel: int, dtype: Optional[str] = None) -> Sym:
+        """``x.sum(dim)`` in x's dtype: as :meth:`reduce`, but its backward (``sum_backward`` in
+        torch/csrc/autograd/FunctionsManual.cpp) expands the output's gradient, a view: no new memory
+        (measured, torch 2.13 CPU: sentence-transformers' mean pooling). A ``sum`` that changes the dtype
+        casts the gradient back (a new tensor): use :meth:`reduce` for it."""
+        out = self.new(out_numel, dtype or x.dtype, x.requires_grad)
+        self.record("sum", [], [x], [out], grad_is_view=out.dtype == x.dtype)
         return out
 
     def gather(self, x: Sym, out_numel: int, index_numel: int) -> Sym:
@@ -501,12 +522,14 @@ class BackwardReplay:
         grads: dict[int, int] = {}  # uid of a tensor -> bytes of its gradient
         holder: dict[int, tuple] = {}  # uid of a tensor -> key of the storage that holds its gradient
         holders: dict[tuple, int] = {}  # key of a gradient storage -> how many tensors' gradients it holds
+        storage_bytes: dict[tuple, int] = {}  # key of a gradient storage -> its bytes
         step = granularity(tape.device)
         grad_bytes = 0
         for grad in output_grads:
             if grad.uid not in grads:
                 grads[grad.uid] = rounded(grad.nbytes, tape.device)
                 holder[grad.uid], holders[("g", grad.uid)] = ("g", grad.uid), 1
+                storage_bytes[("g", grad.uid)] = grads[grad.uid]
                 grad_bytes += grads[grad.uid]
         param_grad_bytes = 0
         seen_params: set[int] = set()
@@ -514,14 +537,17 @@ class BackwardReplay:
         at_peak = (saved["activation"], saved["weight_copy"], grad_bytes, 0)
         events: list[tuple] = []
         transients = 0
+        held = {grad.uid for grad in output_grads} if tape.output_grads_held else set()
 
         def drop_gradient(uid: int) -> int:
             """The engine is done with a tensor's gradient: its storage is freed once nothing else holds it."""
-            size, key = grads.pop(uid), holder.pop(uid)
+            grads.pop(uid)
+            key = holder.pop(uid)
             holders[key] -= 1
             if holders[key]:
                 return 0
             del holders[key]
+            size = storage_bytes.pop(key)
             events.append(("free", key, size))
             return size
 
@@ -548,13 +574,14 @@ class BackwardReplay:
                 elif tensor.uid in grads:
                     new_activation_grads += size  # a second consumer: summed into the existing gradient
                     summed.append(tensor)
-                elif _passes_gradient_through(node, tensor):
-                    key = holder[node.outputs[0].uid]  # AddBackward0 hands on the same tensor
+                elif _shares_output_gradient(node, tensor) and not any(out.uid in held for out in node.outputs):
+                    key = holder[node.outputs[0].uid]  # AddBackward0 hands on the same tensor; sum's is a view
                     grads[tensor.uid], holder[tensor.uid] = size, key
                     holders[key] += 1
                 else:
                     grads[tensor.uid] = size
                     holder[tensor.uid], holders[("g", tensor.uid)] = ("g", tensor.uid), 1
+                    storage_bytes[("g", tensor.uid)] = size
                     grad_bytes += size
                     events.append(("alloc", ("g", tensor.uid), size))
             keys = [("t", transients + i) for i in range(len(node_transients))]
@@ -590,6 +617,7 @@ class BackwardReplay:
                 if holder[tensor.uid] != ("g", tensor.uid):  # a shared gradient: the sum becomes this tensor's own
                     grad_bytes -= drop_gradient(tensor.uid)
                     grads[tensor.uid], holder[tensor.uid], holders[("g", tensor.uid)] = size, ("g", tensor.uid), 1
+                    storage_bytes[("g", tensor.uid)] = size
                     grad_bytes += size
                     events.append(("alloc", ("g", tensor.uid), size))
                     total = saved["activation"] + saved["weight_copy"] + grad_bytes + pending + param_grad_bytes
@@ -616,14 +644,19 @@ class BackwardReplay:
         )
 
 
-def _passes_gradient_through(node: Node, tensor: Sym) -> bool:
-    """Whether ``node``'s backward hands its output's gradient to ``tensor`` as it is, without a new tensor.
+def _shares_output_gradient(node: Node, tensor: Sym) -> bool:
+    """Whether ``node``'s backward gives ``tensor`` its output's gradient storage rather than a new tensor.
 
-    ``AddBackward0`` (torch/csrc/autograd/generated, derivatives.yaml ``add.Tensor``: ``self: grad``,
+    ``AddBackward0`` (tools/autograd/derivatives.yaml ``add.Tensor``: ``self: grad``,
     ``other: maybe_multiply(grad, alpha)`` with alpha = 1) returns the incoming gradient itself for an input of
     the output's shape and dtype; only a broadcast input (``sum_to``) or another dtype (the engine's cast) gets a
-    new tensor. Measured on the residual adds of a pre-LN block (tests/test_tape.py)."""
-    if node.op != "add" or tensor.tag in NOT_NEW_MEMORY:
+    new tensor. Measured on the residual adds of a pre-LN block (tests/test_tape.py). ``sum``'s backward is
+    ``grad.expand(sizes)``, a view of the output's gradient (``Node.grad_is_view``)."""
+    if tensor.tag in NOT_NEW_MEMORY:
+        return False
+    if node.grad_is_view:
+        return True
+    if not (node.grad_passes_through or node.op == "add"):
         return False
     out = node.outputs[0]
     return tensor.numel == out.numel and tensor.dtype == out.dtype

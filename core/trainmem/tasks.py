@@ -231,7 +231,10 @@ def encoded_sequences(arch: Architecture, micro_batch_size: int) -> int:
 
 def label_bytes(arch: Architecture, micro_batch_size: int, sequence_length: int) -> int:
     """The int64 labels of the batch besides the input ids (a causal LM's labels are its input ids;
-    the embedding task builds its diagonal labels inside the loss)."""
+    the embedding task builds its diagonal labels inside the loss, and its pooling reads the collator's int64
+    ``attention_mask`` of the 2b sentences, an input the encoder itself is not given)."""
+    if arch.task == "embedding":
+        return 2 * micro_batch_size * sequence_length * 8
     if arch.task in ("sequence_classification", "image_classification"):
         return micro_batch_size * 8
     if arch.task == "contrastive":  # no labels: the text's int64 input_ids (the diagonal is built in the loss)

@@ -159,6 +159,13 @@ class DebertaV2(EncoderFamily):
     sequence_head = "context_pooler"
     has_pooler = True  # ContextPooler, built by the sequence-classification model only
     base_model_pooler = False  # DebertaV2Model has no pooler
+    encoder_keeps_layer_outputs = True
+    """``DebertaV2Model.forward`` calls its encoder with ``output_hidden_states=True``: ``all_hidden_states`` keeps
+    every layer's output until the base model returns (measured: deberta-v3-base, one b·s·h fp32 tensor per layer)."""
+    embedding_output_freed_before_head = True
+    """``DebertaV2For<Task>`` runs its head (``ContextPooler``, the classifier, the MLM head) on ``outputs[0]`` after
+    ``DebertaV2Model.forward`` returned: the embedding output, the expanded attention mask and the normalised
+    relative embeddings are gone by then (measured, torch 2.13 CPU: AMP bf16 sequence classification)."""
 
     def unsupported_attention(self, attention: str, device: str, compute_dtype: str = "bf16") -> Optional[str]:
         """transformers 5.24 has only DeBERTa's own eager attention: ``sdpa`` (trainmem's default, which

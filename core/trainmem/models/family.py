@@ -95,6 +95,12 @@ class DecoderFamily:
         in the residual stream's dtype (``LlamaRotaryEmbedding.forward``), before the allocator's rounding."""
         return [seq * arch.rotary_dim * stream_bytes] * 2
 
+    def forward_locals_bytes(self, arch: Architecture, rows: int, seq: int, attention: str) -> list[tuple[str, int, str]]:
+        """Tensors the base model's forward makes once for all layers and keeps until it returns, besides the
+        rotary tables: (part name, bytes before the allocator's rounding, detail). ``attention`` is the kernel
+        that runs (``simulate.attention_kernel``). None by default."""
+        return []
+
     def quantized_by_bitsandbytes(self, tensor: ParameterTensor) -> bool:
         """A 4-/8-bit load replaces ``nn.Linear`` modules of the decoder layers (not the output head)."""
         return tensor.linear_features is not None and tensor.group != "lm_head"

@@ -193,6 +193,17 @@ class ModernBert(EncoderFamily):
         """``ModernBertRotaryEmbedding.forward``: cos and sin, (1, s, d) each in the embedding output's dtype."""
         return [seq * arch.resolved_head_dim * stream_bytes] * 2
 
+    def forward_locals_bytes(self, arch: Architecture, rows: int, seq: int, attention: str) -> list[tuple[str, int, str]]:
+        """``ModernBertModel.forward``'s locals: ``position_ids = torch.arange(seq_len)`` (int64) and, under SDPA on
+        a sequence that reaches the half window, ``create_bidirectional_sliding_window_mask``'s boolean
+        (1, 1, s, s) mask (``rows`` 1 without padding; the global layers get None). Both are freed when the base
+        model returns (measured, torch 2.13 CPU, transformers 5.24). The eager path's additive masks are not
+        modelled here (not measured)."""
+        tensors = [("position ids", seq * 8, "ModernBertModel.forward: torch.arange(seq_len), int64")]
+        if attention == "fused" and arch.sliding_layers and seq >= (arch.sliding_window or seq + 1):
+            tensors.append(("sliding-window attention mask", rows * seq * seq, "the boolean (1, 1, s, s) mask of the local layers"))
+        return tensors
+
     def program(self) -> type[LayerProgram]:
         return ModernBertLayerProgram
 
@@ -209,12 +220,13 @@ class ModernBertLayerProgram(EncoderLayerProgram):
             tape.release(normed)
         attended = self._dropped(attended, arch.residual_dropout)
         hidden = tape.add(x, attended)
-        tape.release(attended)
         normed = self.norm(names.post_attention_norm, hidden, rows, h)
         mixed = self._geglu(normed)
         tape.release(normed)
         out = tape.add(hidden, mixed)
-        tape.release(hidden, mixed)
+        # ``attn_output, _ = self.attn(...)`` is a local of ``ModernBertEncoderLayer.forward``: the attention
+        # output lives until the layer returns (measured, torch 2.13 CPU: freed after the MLP's residual add).
+        tape.release(hidden, mixed, attended)
         return out
 
     def _geglu(self, x: Sym) -> Sym:

@@ -212,7 +212,11 @@ def vision_stacks(
         ),
         output_bytes=layer.output_bytes,
         keeps_hidden_states=stack.keeps_all_hidden_states and not tower_trains,
+        outputs_held_until_loss=stack.outputs_in_model_output,
     )
     projector_trace = _projector(stack, sizes, kernels, projector_trains, tower_trains, grads_exist)
-    projector = Stack(PROJECTOR, (Piece("projector", 1, projector_trace, projector_trains),), projector_trace.output_bytes)
+    projector = Stack(
+        PROJECTOR, (Piece("projector", 1, projector_trace, projector_trains),), projector_trace.output_bytes,
+        outputs_held_until_loss=stack.outputs_in_model_output,
+    )
     return (tower, projector)

@@ -232,7 +232,7 @@ def read_llava(config: ConfigFields) -> VisionStack:
         prelude=tuple(prelude), layer=tuple(layer), postlude=tuple(postlude), projector=tuple(projector),
         projector_in_features=vision_in, projector_hidden=text_h, projector_out_features=text_h,
         tokens=TokenRule("fixed", patch, image_size=image, tokens_per_image=patches + int(keep_class), class_token=clip),
-        selected_layers=feature_layers, keeps_all_hidden_states=True,
+        selected_layers=feature_layers, keeps_all_hidden_states=True, outputs_in_model_output=True,
         unused_layers=_unused_layers(config, -2, common["num_layers"]),
         unused_postlude=tuple(t.name for t in postlude if clip or t.name.startswith("head.")), **common,
     )

@@ -103,6 +103,9 @@ class VisionStack:
     keeps_all_hidden_states: bool = False
     """The wrapper calls the tower with ``output_hidden_states=True`` and picks a layer: every layer's output
     is alive until the tower returns (LLaVA, Mistral 3 with ``vision_feature_layer`` lists)."""
+    outputs_in_model_output: bool = False
+    """The wrapper's output object returns the tower's outputs (``image_outputs``: the hidden_states tuple, the
+    projector's per-image features), which then live until the loss is taken (LLaVA; measured)."""
     unused_layers: int = 0
     """Last layers whose output no feature uses (LLaVA's ``vision_feature_layer=-2`` leaves one): they run, but
     their graph is dropped when the tower returns, so they get no gradients and no optimizer states."""
