@@ -393,22 +393,52 @@ def step_events(
     workspace_bytes: int,
     steps: int = 2,
     max_layers: Optional[int] = None,
+    repeat_steps: bool = True,
 ) -> list[Event]:
     """The allocation events of ``steps`` optimizer steps on a rank of ``stage`` (resident tensors first).
 
     ``max_layers`` replays the forward and backward of only that many decoder layers (the resident
     tensors stay those of the whole model): :mod:`trainmem.cuda.memory` extrapolates from two such
-    truncated replays for deep models."""
+    truncated replays for deep models. ``repeat_steps``: a step that ends with only the resident
+    tensors alive is laid out once and repeated (:func:`_repeat_step`); False builds every step."""
     stream = _Stream()
     for name, nbytes in resident_tensors(plan, stage, resident_parts, workspace_bytes):
         stream.alloc(("resident", name), nbytes)
     if plan.architecture is None:
         return stream.events
     accumulation = plan.setup.gradient_accumulation_steps
+    residents = set(stream.live)
+    first: Optional[tuple[int, int, int, int]] = None
     for step in range(steps):
+        if first is not None and set(stream.live) == residents and _repeat_step(stream, *first, step):
+            continue
+        start, start_slot = len(stream.events), stream.slots
         builder = _StepBuilder(plan, stage, stream, step, max_layers)
         for micro_batch in range(1, min(accumulation, MAX_REPLAYED_MICRO_BATCHES) + 1):
             builder.micro_batch(micro_batch)
         builder.optimizer_step()
         stream.events.append(("step_end", step, 0, 0))
+        if repeat_steps and first is None:
+            first = (start, len(stream.events) - 1, start_slot, stream.slots - start_slot)
     return stream.events
+
+
+def _repeat_step(stream: _Stream, start: int, end: int, start_slot: int, slots: int, step: int) -> bool:
+    """Append another step's events: those of the step laid out in ``stream.events[start:end]``
+    (its ``step_end`` marker at ``end``; its allocations took the ``slots`` slots from ``start_slot``),
+    each slot moved past the slots used so far. False (nothing appended) when that step named a
+    slot from before it (a resident tensor), which a shift cannot carry.
+
+    Exact when only the resident tensors are alive at the end of a step (``step_events`` checks it):
+    the builder's keys carry their step, so a new step starts from the state the first one started
+    from and lays out the same allocations and frees, in the same order, with the same sizes; only
+    the slot numbers differ, by the number of slots the step took."""
+    events = stream.events
+    laid_out = events[start:end]
+    if any(event[1] < start_slot for event in laid_out):
+        return False
+    offset = stream.slots - start_slot
+    events += [(op, slot + offset, nbytes, where) for op, slot, nbytes, where in laid_out]
+    events.append(("step_end", step, 0, 0))
+    stream.slots += slots
+    return True
