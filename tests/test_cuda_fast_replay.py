@@ -13,7 +13,7 @@ import pytest
 
 from trainmem.cuda.caching_allocator import AllocatorSettings, CachingAllocator, parse_alloc_conf
 from trainmem.cuda.events import step_events
-from trainmem.cuda.fast_replay import fast_path_applies, keys_stay_narrow, replay_best_fit
+from trainmem.cuda.fast_replay import fast_path_applies, replay_best_fit
 from trainmem.cuda.replay import replay_by_methods, replay_events
 from trainmem.estimate import effective_setup
 from trainmem.plan import Plan
@@ -49,7 +49,7 @@ def _both(events: list, settings: AllocatorSettings) -> tuple[tuple, tuple]:
     by_methods = CachingAllocator(settings)
     reserved_methods, _ = replay_by_methods(by_methods, events)
     inlined = CachingAllocator(settings)
-    assert fast_path_applies(inlined) and keys_stay_narrow(inlined, events)
+    assert fast_path_applies(inlined)
     _, reserved_inlined = replay_best_fit(inlined, events)
     return (_state(by_methods), reserved_methods), (_state(inlined), reserved_inlined)
 
@@ -127,9 +127,12 @@ def test_replay_events_takes_the_inlined_path_only_where_it_applies():
 
 
 def test_a_stream_too_wide_for_packed_keys_goes_through_the_methods():
-    huge = [("alloc", 0, 1 << 62, 0), ("alloc", 1, 4096, 0), ("free", 0, 1 << 62, 0), ("free", 1, 4096, 0)]
-    assert not keys_stay_narrow(CachingAllocator(), huge)
+    huge = [("alloc", 1, 4096, 0), ("alloc", 0, 1 << 62, 0), ("alloc", 2, 4096, 0), ("free", 0, 1 << 62, 0)]
+    assert replay_best_fit(CachingAllocator(), huge) is None
     assert replay_events(huge) == replay_events(huge, inline=False)
+    many = [("alloc", slot, 1 << 61, 0) for slot in range(3)]  # the third segment's address passes 2**62
+    assert replay_best_fit(CachingAllocator(), many) is None
+    assert replay_events(many) == replay_events(many, inline=False)
 
 
 REPEATED = STREAMS + [
@@ -152,3 +155,27 @@ def test_a_repeated_step_is_the_step_built_again(setup):
             repeated = step_events(plan, stage, parts, 8 * MIB, steps=steps, max_layers=4)
             built = step_events(plan, stage, parts, 8 * MIB, steps=steps, max_layers=4, repeat_steps=False)
             assert repeated == built
+
+
+def test_a_gpu_of_the_same_architecture_reuses_the_replay_and_gets_the_same_figures(monkeypatch):
+    """Without expandable segments the device's size is no input of the replay: h100 -> h200 replays nothing."""
+    import trainmem
+    from trainmem.cuda import memory, replay
+
+    setup = {"model": {"preset": "llama-3.2-1b"}, "sequence_length": 1536, "gpu": "h100-sxm-80gb"}
+    memory._REPLAY_CACHE.clear()
+    trainmem.estimate(setup, suggestions=False)
+    calls = []
+    original = replay.replay_events
+    monkeypatch.setattr(memory, "replay_events", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    reused = trainmem.estimate({**setup, "gpu": "h200"}, suggestions=False)
+    assert calls == []
+    memory._REPLAY_CACHE.clear()
+    fresh = trainmem.estimate({**setup, "gpu": "h200"}, suggestions=False)
+    assert calls and reused.model_dump_json() == fresh.model_dump_json()
+    # expandable segments size their address space by the device: those are replayed again
+    expandable = {**setup, "runtime": {"cuda_alloc_conf": "expandable_segments:True"}}
+    trainmem.estimate(expandable, suggestions=False)
+    calls.clear()
+    trainmem.estimate({**expandable, "gpu": "h200"}, suggestions=False)
+    assert calls

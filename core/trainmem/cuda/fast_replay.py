@@ -31,13 +31,15 @@ from .caching_allocator import (
     round_size,
 )
 
-_KEY_BITS_HEADROOM = 1 << 62
-"""Addresses and sizes stay below this bound when the whole stream's requests, each with the
-largest padding a new segment adds, fit under it: then no packed key ever needs widening."""
+KEY_FIELD_LIMIT = 1 << 62
+"""The inlined loop gives up (returns None) when a request or a new segment's address reaches this:
+below it, every size and address fits the 64-bit fields of the free lists' packed keys (a block is
+never larger than its segment, a segment at most a request rounded up to 2 MiB or 20 MiB)."""
 
 
 def fast_path_applies(allocator: CachingAllocator) -> bool:
-    """The allocator is the plain best fit on an unbounded device (what :func:`replay_best_fit` inlines)."""
+    """The allocator is the plain best fit on an unbounded device (what :func:`replay_best_fit` inlines),
+    and nothing has been replayed on it yet."""
     settings = allocator.settings
     return (
         allocator._best_fit_only
@@ -46,30 +48,18 @@ def fast_path_applies(allocator: CachingAllocator) -> bool:
         and settings.capacity_bytes is None
         and allocator.small.blocks._width == 64
         and allocator.large.blocks._width == 64
+        and allocator._next_address < KEY_FIELD_LIMIT
     )
 
 
-def keys_stay_narrow(allocator: CachingAllocator, events: list) -> bool:
-    """True when no block's size or address can reach 2**62 during the replay of ``events``.
-
-    A new segment's address advances ``_next_address`` by at most the request rounded up to
-    2 MiB, plus 20 MiB (a small request's kLargeBuffer segment) and 2 MiB of gap; a block's
-    size never exceeds its segment's."""
-    total = allocator._next_address
-    pad = 24 << 20
-    for op, _, nbytes, _ in events:
-        if op == "alloc":
-            total += nbytes + pad
-    return total < _KEY_BITS_HEADROOM
-
-
-def replay_best_fit(allocator: CachingAllocator, events: list) -> tuple[int, int]:
+def replay_best_fit(allocator: CachingAllocator, events: list) -> Optional[tuple[int, int]]:
     """Run ``events`` (``("alloc" | "free" | "step_end", slot, bytes, stream)``) through ``allocator``.
 
     Returns (the highest allocated bytes of the measured step, the reserved bytes at that moment),
     the figures :func:`trainmem.cuda.replay.replay_events` tracks; the allocator's own peaks are
-    updated as ``malloc`` updates them. The caller checks :func:`fast_path_applies` and
-    :func:`keys_stay_narrow` first."""
+    updated as ``malloc`` updates them. The caller checks :func:`fast_path_applies` first. None
+    when a size or an address reached :data:`KEY_FIELD_LIMIT`: the allocator is then half-replayed
+    and the caller replays the stream again on a fresh one, through the methods."""
     settings = allocator.settings
     max_split = settings.max_split_size_bytes
     max_non_split = settings.max_non_split_rounding_bytes
@@ -93,6 +83,8 @@ def replay_best_fit(allocator: CachingAllocator, events: list) -> tuple[int, int
     # Keys pack (stream, size, address) into 64-bit fields: ((stream << 64 | size) << 64) | address.
     for op, slot, nbytes, stream in events:
         if op == "alloc":
+            if nbytes >= KEY_FIELD_LIMIT:
+                return None
             # ------------------------------------------------ malloc: round_size, get_pool
             if rounds_by_divisions or nbytes < MIN_BLOCK_BYTES:
                 size = round_size(nbytes, settings)
@@ -121,6 +113,8 @@ def replay_best_fit(allocator: CachingAllocator, events: list) -> tuple[int, int
                 # -------------------------------------------- alloc_block: a new segment (cudaMalloc)
                 segment_bytes = allocation_size(size)
                 block = Block(stream, segment_bytes, small, new_address(segment_bytes))
+                if allocator._next_address >= KEY_FIELD_LIMIT:
+                    return None
                 heads[id(block)] = block
                 live_segments += 1
                 reserved += segment_bytes

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .caching_allocator import AllocatorOutOfMemory, AllocatorSettings, CachingAllocator
-from .fast_replay import fast_path_applies, keys_stay_narrow, replay_best_fit
+from .fast_replay import fast_path_applies, replay_best_fit
 
 ALTERNATIVE_CONFS = (
     "expandable_segments:True",
@@ -61,9 +61,11 @@ def replay_events(
     allocator = CachingAllocator(settings)
     if not isinstance(events, list):
         events = list(events)
-    if inline and fast_path_applies(allocator) and keys_stay_narrow(allocator, events):
-        _, reserved_at_best = replay_best_fit(allocator, events)
-        return _result(allocator, reserved_at_best, False)
+    if inline and fast_path_applies(allocator):
+        inlined = replay_best_fit(allocator, events)
+        if inlined is not None:
+            return _result(allocator, inlined[1], False)
+        allocator = CachingAllocator(settings)  # sizes beyond the inlined loop's keys: start again
     reserved_at_best, out_of_memory = replay_by_methods(allocator, events)
     return _result(allocator, reserved_at_best, out_of_memory)
 
