@@ -25,7 +25,8 @@ freed. This module rebuilds that order from the same pieces the simulation compo
   fused: one at a time) and ``zero_grad(set_to_none=True)``.
 
 An event is ``(op, slot, bytes, stream)`` with op ``"alloc"`` or ``"free"`` and ``slot`` the number of
-the allocation (0, 1, 2, ... in allocation order; a free names the slot it frees). Not modelled here:
+the allocation (0, 1, 2, ... in allocation order; a free names the slot it frees; a step repeated
+after one that freed all its own allocations uses that step's slots again). Not modelled here:
 pipeline schedules with several micro-batches in flight (one is replayed), record_stream
 delays on side streams.
 """
@@ -400,45 +401,41 @@ def step_events(
     ``max_layers`` replays the forward and backward of only that many decoder layers (the resident
     tensors stay those of the whole model): :mod:`trainmem.cuda.memory` extrapolates from two such
     truncated replays for deep models. ``repeat_steps``: a step that ends with only the resident
-    tensors alive is laid out once and repeated (:func:`_repeat_step`); False builds every step."""
+    tensors alive is laid out once and repeated (:func:`_repeat_step`); False builds every step
+    (the same events, with new slot numbers)."""
     stream = _Stream()
     for name, nbytes in resident_tensors(plan, stage, resident_parts, workspace_bytes):
         stream.alloc(("resident", name), nbytes)
     if plan.architecture is None:
         return stream.events
     accumulation = plan.setup.gradient_accumulation_steps
-    residents = set(stream.live)
-    first: Optional[tuple[int, int, int, int]] = None
+    resident_slots = {slot for _, _, slot, _ in stream.live.values()}
+    first: Optional[tuple[int, int]] = None
     for step in range(steps):
-        if first is not None and set(stream.live) == residents and _repeat_step(stream, *first, step):
+        if first is not None and {slot for _, _, slot, _ in stream.live.values()} == resident_slots:
+            _repeat_step(stream, *first, step)
             continue
-        start, start_slot = len(stream.events), stream.slots
+        start = len(stream.events)
         builder = _StepBuilder(plan, stage, stream, step, max_layers)
         for micro_batch in range(1, min(accumulation, MAX_REPLAYED_MICRO_BATCHES) + 1):
             builder.micro_batch(micro_batch)
         builder.optimizer_step()
         stream.events.append(("step_end", step, 0, 0))
         if repeat_steps and first is None:
-            first = (start, len(stream.events) - 1, start_slot, stream.slots - start_slot)
+            first = (start, len(stream.events) - 1)
     return stream.events
 
 
-def _repeat_step(stream: _Stream, start: int, end: int, start_slot: int, slots: int, step: int) -> bool:
-    """Append another step's events: those of the step laid out in ``stream.events[start:end]``
-    (its ``step_end`` marker at ``end``; its allocations took the ``slots`` slots from ``start_slot``),
-    each slot moved past the slots used so far. False (nothing appended) when that step named a
-    slot from before it (a resident tensor), which a shift cannot carry.
+def _repeat_step(stream: _Stream, start: int, end: int, step: int) -> None:
+    """Append another step: the events of the step laid out in ``stream.events[start:end]`` (its
+    ``step_end`` marker at ``end``) again, with the same slots.
 
-    Exact when only the resident tensors are alive at the end of a step (``step_events`` checks it):
+    Exact when exactly the resident tensors' slots are alive at the end of that step (``step_events``
+    checks it): then the step freed every slot it allocated and named no slot from before it, and
     the builder's keys carry their step, so a new step starts from the state the first one started
-    from and lays out the same allocations and frees, in the same order, with the same sizes; only
-    the slot numbers differ, by the number of slots the step took."""
+    from and lays out the same allocations and frees, in the same order, with the same sizes. Its
+    slots are free again by then, so they can name its allocations once more (a replay maps a slot
+    to the block allocated last under it)."""
     events = stream.events
-    laid_out = events[start:end]
-    if any(event[1] < start_slot for event in laid_out):
-        return False
-    offset = stream.slots - start_slot
-    events += [(op, slot + offset, nbytes, where) for op, slot, nbytes, where in laid_out]
+    events += events[start:end]
     events.append(("step_end", step, 0, 0))
-    stream.slots += slots
-    return True
