@@ -233,7 +233,12 @@ async function addSuggestions(asked) {
   document.documentElement.dataset.suggestedSetup = JSON.stringify(asked);
 }
 
+let lastAsk = 0; // each recompute's number: an answer to an older one is not shown
+
 async function recompute(asked = minimal(setup)) {
+  // A later change supersedes this one even when it never reaches the engine (text that is not
+  // JSON is refused here): an answer still in flight must not overwrite that change's messages.
+  const ask = ++lastAsk;
   const jsonErrors = invalidJsonErrors(setup);
   if (jsonErrors.length) {
     form.showErrors(jsonErrors);
@@ -250,7 +255,7 @@ async function recompute(asked = minimal(setup)) {
   // most of an estimate's time); then the replayed numbers; the suggestions (each a re-run of the
   // simulation) when the reader pauses.
   const fast = await engine.compute(asked, { suggestions: false, reserveFraction: reserveFraction(lastReplayed) });
-  if (fast.superseded) return;
+  if (fast.superseded || ask !== lastAsk) return;
   if (fast.ok && !isReplayed(fast.report)) {
     form.clearErrors();
     showReport(fast.report, { suggestionsPending: true, computedFor: asked, cudaPending: true });
@@ -259,7 +264,7 @@ async function recompute(asked = minimal(setup)) {
     document.documentElement.dataset.fastSetup = JSON.stringify(asked);
   }
   const answer = fast.ok && !isReplayed(fast.report) ? await engine.compute(asked, { suggestions: false }) : fast;
-  if (answer.superseded) return;
+  if (answer.superseded || ask !== lastAsk) return;
   const answered = performance.now();
   if (answer.ok) {
     form.clearErrors();
