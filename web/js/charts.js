@@ -59,11 +59,15 @@ function baseOptions(colors) {
 /**
  * Create the chart of a canvas once (again only when the colour scheme changes), then update
  * it in place: new data and annotations, the same options object, which keeps a recompute cheap.
+ * `inputs` is what the picture is drawn from: when it is the same as last time (a replayed answer
+ * that changed only the reserve leaves the timeline of allocated memory as it was), nothing is redrawn.
  */
-function upsert(canvas, build, fill) {
+function upsert(canvas, build, fill, inputs) {
   const colors = palette();
   const theme = JSON.stringify(colors);
+  const key = inputs === undefined ? null : JSON.stringify(inputs);
   let chart = charts.get(canvas);
+  if (chart && chart.$theme === theme && key !== null && chart.$inputs === key) return chart;
   if (!chart || chart.$theme !== theme) {
     if (chart) chart.destroy();
     chart = new window.Chart(canvas, build(colors));
@@ -72,6 +76,7 @@ function upsert(canvas, build, fill) {
   }
   fill(chart, colors);
   chart.update("none"); // no animation: the new numbers and the charts arrive together, at once
+  chart.$inputs = key;
   return chart;
 }
 
@@ -136,7 +141,7 @@ export function drawCapacity(canvas, summary, { legend = true } = {}) {
       },
     };
   };
-  upsert(canvas, build, fill);
+  upsert(canvas, build, fill, [legend, summary.fit, summary.peak_total_bytes, summary.breakdown]);
 }
 
 /** Memory over the step, stacked by category, phases shaded, the peak and the usable line marked. */
@@ -190,7 +195,7 @@ export function drawTimeline(canvas, report) {
     chart.options.scales.y.suggestedMax = toGiB(report.fit.usable_bytes) * 1.05;
     chart.options.plugins.annotation.annotations = timelineAnnotations(timeline, report, colors);
   };
-  upsert(canvas, build, fill);
+  upsert(canvas, build, fill, [timeline, report.fit.usable_bytes, report.fit.gpu_display_name]);
 }
 
 function timelineAnnotations(timeline, report, colors) {
@@ -290,7 +295,7 @@ export function drawCategoryPairs(canvas, a, b) {
     setA.borderColor = CATEGORIES.map((category) => colors.categories[category]);
     setB.backgroundColor = CATEGORIES.map((category) => colors.categories[category]);
   };
-  upsert(canvas, build, fill);
+  upsert(canvas, build, fill, [a.breakdown, b.breakdown]);
 }
 
 function totals(report) {
@@ -338,7 +343,7 @@ export function drawTimelineOverlay(canvas, a, b) {
     chart.data.datasets[0].data = points(a);
     chart.data.datasets[1].data = points(b);
   };
-  upsert(canvas, build, fill);
+  upsert(canvas, build, fill, [a.ranks[a.heaviest_rank].timeline, b.ranks[b.heaviest_rank].timeline]);
 }
 
 /** The colours the charts use now (the stylesheet's, for the current light or dark scheme). */

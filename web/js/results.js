@@ -27,6 +27,18 @@ function part(container, name, tag = "section", attributes = {}) {
   return node;
 }
 
+/**
+ * True when a section shows the same inputs as last time (it is then left as it is): a recompute
+ * changes a few numbers, and rebuilding every table's rows each time is most of the DOM work.
+ * The key is kept on the node, so a section pre-rendered into the HTML is rendered once more.
+ */
+function unchanged(node, inputs) {
+  const key = JSON.stringify(inputs);
+  if (node.trainmemInputs === key) return true;
+  node.trainmemInputs = key;
+  return false;
+}
+
 function bytesNode(doc, tag, bytes, testid, extra = {}) {
   return el(doc, tag, { "data-bytes": String(bytes), "data-testid": testid, ...extra, text: formatBytes(bytes) });
 }
@@ -186,6 +198,7 @@ function renderBreakdownTable(container, report) {
   const doc = container.ownerDocument;
   // tabindex: the table can scroll sideways on a narrow screen, and a scrollable region must take the keyboard focus.
   const section = part(container, "breakdown", "section", { class: "card", "aria-labelledby": "breakdown-title", tabindex: "0" });
+  if (unchanged(section, [report.breakdown, report.parts, report.peak_total_bytes])) return;
   const total = report.peak_total_bytes;
   const table = el(doc, "table", { class: "breakdown" }, [
     el(doc, "caption", { id: "breakdown-title", text: "Where the memory goes at the peak" }),
@@ -238,6 +251,7 @@ function renderBreakdownTable(container, report) {
 function renderFitsOn(container, report, ctx) {
   const doc = container.ownerDocument;
   const section = part(container, "fits-on", "section", { class: "card" });
+  if (unchanged(section, [report.fits_on, report.fit.gpu])) return;
   const list = el(doc, "ul", { class: "chips", "data-testid": "fits-on" });
   for (const name of report.fits_on) {
     list.append(el(doc, "li", { class: name === report.fit.gpu ? "chip current" : "chip", "data-gpu": name, text: gpuName(ctx, name) }));
@@ -257,6 +271,7 @@ function renderHost(container, report) {
   const doc = container.ownerDocument;
   const section = part(container, "host", "section", { class: "card", "aria-labelledby": "host-title" });
   const host = report.host;
+  if (unchanged(section, [host])) return;
   section.hidden = !host;
   if (!host) {
     section.replaceChildren();
@@ -352,6 +367,7 @@ function renderSuggestions(container, report, pending = false, cancelled = "") {
 function renderWarnings(container, report) {
   const doc = container.ownerDocument;
   const section = part(container, "warnings", "section", { class: "card warnings" });
+  if (unchanged(section, [report.warnings])) return;
   section.hidden = !report.warnings.length;
   section.replaceChildren(
     el(doc, "h3", { text: "Notes" }),
@@ -362,6 +378,7 @@ function renderWarnings(container, report) {
 function renderRanks(container, report) {
   const doc = container.ownerDocument;
   const section = part(container, "ranks", "section", { class: "card" });
+  if (unchanged(section, [report.heaviest_rank, report.ranks.map((rank) => [rank.name, rank.num_ranks, rank.peak_total_bytes])])) return;
   section.hidden = report.ranks.length < 2;
   const rows = report.ranks.map((rank, index) =>
     el(doc, "tr", { class: index === report.heaviest_rank ? "current" : null }, [
@@ -389,6 +406,7 @@ function renderResolved(container, report) {
   const doc = container.ownerDocument;
   const section = part(container, "resolved", "section", { class: "card" });
   const r = report.resolved;
+  if (unchanged(section, [r, report.trainmem_version])) return;
   const rows = [
     ["Model", r.model_description],
     ["Precision", `${r.precision_recipe}: ${r.precision_description}`],

@@ -25,7 +25,8 @@ freed. This module rebuilds that order from the same pieces the simulation compo
   fused: one at a time) and ``zero_grad(set_to_none=True)``.
 
 An event is ``(op, slot, bytes, stream)`` with op ``"alloc"`` or ``"free"`` and ``slot`` the number of
-the allocation (0, 1, 2, ... in allocation order; a free names the slot it frees). Not modelled here:
+the allocation (0, 1, 2, ... in allocation order; a free names the slot it frees; a step repeated
+after one that freed all its own allocations uses that step's slots again). Not modelled here:
 pipeline schedules with several micro-batches in flight (one is replayed), record_stream
 delays on side streams.
 """
@@ -393,22 +394,48 @@ def step_events(
     workspace_bytes: int,
     steps: int = 2,
     max_layers: Optional[int] = None,
+    repeat_steps: bool = True,
 ) -> list[Event]:
     """The allocation events of ``steps`` optimizer steps on a rank of ``stage`` (resident tensors first).
 
     ``max_layers`` replays the forward and backward of only that many decoder layers (the resident
     tensors stay those of the whole model): :mod:`trainmem.cuda.memory` extrapolates from two such
-    truncated replays for deep models."""
+    truncated replays for deep models. ``repeat_steps``: a step that ends with only the resident
+    tensors alive is laid out once and repeated (:func:`_repeat_step`); False builds every step
+    (the same events, with new slot numbers)."""
     stream = _Stream()
     for name, nbytes in resident_tensors(plan, stage, resident_parts, workspace_bytes):
         stream.alloc(("resident", name), nbytes)
     if plan.architecture is None:
         return stream.events
     accumulation = plan.setup.gradient_accumulation_steps
+    resident_slots = {slot for _, _, slot, _ in stream.live.values()}
+    first: Optional[tuple[int, int]] = None
     for step in range(steps):
+        if first is not None and {slot for _, _, slot, _ in stream.live.values()} == resident_slots:
+            _repeat_step(stream, *first, step)
+            continue
+        start = len(stream.events)
         builder = _StepBuilder(plan, stage, stream, step, max_layers)
         for micro_batch in range(1, min(accumulation, MAX_REPLAYED_MICRO_BATCHES) + 1):
             builder.micro_batch(micro_batch)
         builder.optimizer_step()
         stream.events.append(("step_end", step, 0, 0))
+        if repeat_steps and first is None:
+            first = (start, len(stream.events) - 1)
     return stream.events
+
+
+def _repeat_step(stream: _Stream, start: int, end: int, step: int) -> None:
+    """Append another step: the events of the step laid out in ``stream.events[start:end]`` (its
+    ``step_end`` marker at ``end``) again, with the same slots.
+
+    Exact when exactly the resident tensors' slots are alive at the end of that step (``step_events``
+    checks it): then the step freed every slot it allocated and named no slot from before it, and
+    the builder's keys carry their step, so a new step starts from the state the first one started
+    from and lays out the same allocations and frees, in the same order, with the same sizes. Its
+    slots are free again by then, so they can name its allocations once more (a replay maps a slot
+    to the block allocated last under it)."""
+    events = stream.events
+    events += events[start:end]
+    events.append(("step_end", step, 0, 0))

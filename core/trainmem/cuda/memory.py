@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextvars
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 from ..plan import Plan, Stage
@@ -173,7 +173,7 @@ def _replay(
         setup.model_dump_json(exclude={"gpu", "headroom_fraction"}),
         stage.index,
         workspace_bytes,
-        settings,
+        _replay_relevant(settings),
         tuple(sorted(resident_parts.items())),
     )
     found = _REPLAY_CACHE.get(key)
@@ -203,6 +203,13 @@ def _replay(
             _REPLAY_CACHE.clear()
         _REPLAY_CACHE[key] = found
     return found
+
+
+def _replay_relevant(settings: AllocatorSettings) -> AllocatorSettings:
+    """The settings as far as the replay reads them: the device's size only sizes the address space of
+    an expandable segment (``_find_expandable_block``), so without expandable segments a change of
+    GPU that leaves the stream and the limits alone replays nothing again."""
+    return settings if settings.expandable_segments else replace(settings, device_total_bytes=0)
 
 
 def _extrapolated(deep: ReplayResult, shallow: ReplayResult, deep_layers: int, shallow_layers: int, layers: int):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from .caching_allocator import AllocatorOutOfMemory, AllocatorSettings, CachingAllocator
+from .fast_replay import fast_path_applies, replay_best_fit
 
 ALTERNATIVE_CONFS = (
     "expandable_segments:True",
@@ -49,9 +50,29 @@ class ReplayResult:
         return max(0, self.peak_reserved_bytes - self.peak_allocated_bytes)
 
 
-def replay_events(events: Iterable[tuple], settings: AllocatorSettings = AllocatorSettings()) -> ReplayResult:
-    """Run ``events`` (``("alloc" | "free" | "step_end", key, bytes, stream)``) through a fresh allocator."""
+def replay_events(
+    events: Iterable[tuple], settings: AllocatorSettings = AllocatorSettings(), inline: bool = True
+) -> ReplayResult:
+    """Run ``events`` (``("alloc" | "free" | "step_end", key, bytes, stream)``) through a fresh allocator.
+
+    The plain best-fit allocator (no expandable segments, collector or memory limit: most setups)
+    runs the same steps inlined (:mod:`trainmem.cuda.fast_replay`); the figures are the same
+    (``inline=False`` calls the allocator's methods for every event instead)."""
     allocator = CachingAllocator(settings)
+    if not isinstance(events, list):
+        events = list(events)
+    if inline and fast_path_applies(allocator):
+        inlined = replay_best_fit(allocator, events)
+        if inlined is not None:
+            return _result(allocator, inlined[1], False)
+        allocator = CachingAllocator(settings)  # sizes beyond the inlined loop's keys: start again
+    reserved_at_best, out_of_memory = replay_by_methods(allocator, events)
+    return _result(allocator, reserved_at_best, out_of_memory)
+
+
+def replay_by_methods(allocator: CachingAllocator, events: Iterable[tuple]) -> tuple[int, bool]:
+    """Every event through ``allocator.malloc`` / ``free``; returns (reserved at the measured step's
+    allocated peak, whether the replay ran out of memory)."""
     blocks: dict = {}
     best_allocated, at_best = -1, (0, 0, 0)
     out_of_memory = False
@@ -74,11 +95,15 @@ def replay_events(events: Iterable[tuple], settings: AllocatorSettings = Allocat
             allocator.reset_peak_stats()
             best_allocated = allocator.allocated_bytes
             at_best = (allocator.reserved_bytes, -1, -1)
+    return at_best[0], out_of_memory
+
+
+def _result(allocator: CachingAllocator, reserved_at_best: int, out_of_memory: bool) -> ReplayResult:
     largest, segments = _free_figures(allocator)
     return ReplayResult(
         peak_allocated_bytes=allocator.peak_allocated_bytes,
         peak_reserved_bytes=allocator.peak_reserved_bytes,
-        reserved_at_allocated_peak_bytes=max(at_best[0], allocator.peak_allocated_bytes),
+        reserved_at_allocated_peak_bytes=max(reserved_at_best, allocator.peak_allocated_bytes),
         largest_free_block_after_step_bytes=largest,
         segments_after_step=segments,
         out_of_memory=out_of_memory,
