@@ -14,9 +14,10 @@ optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3; FSDP1 (FULL_S
 HYBRID_SHARD on 4 ranks as 2 × 2); FSDP2 with ``CPUOffloadPolicy`` (on a CPU-only machine its host-device
 copies are no-ops, so the device side leaves out a GPU's transient copies of one unit's shard);
 DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_param``,
-``grad_accum_dtype`` fp32 and small reduce buckets. Pipeline parallelism with
-``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2 and 4 micro-batches, fp32 and bf16, 2
-and 4 ranks) and interleaved 1F1B with 2 stages per rank.
+``grad_accum_dtype`` fp32 (also on one rank: DeepSpeed keeps its ZeRO optimizer's buffers there too) and
+small reduce buckets. Pipeline parallelism with ``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2
+and 4 micro-batches, fp32 and bf16, 2 and 4 ranks) and interleaved 1F1B with 2 stages per rank (2 ranks, and
+4 ranks of an 8-layer Llama with 4 and 8 micro-batches).
 """
 
 from __future__ import annotations
@@ -152,6 +153,17 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         zero(2),
         "bf16-master-weights-fp32-grads",
     ),
+    *[
+        case(
+            f"zero{stage}-llama-7m-bf16-fp32grads-w{ranks}",
+            f"DeepSpeed ZeRO-{stage}, bf16, data_types.grad_accum_dtype fp32, {ranks} rank{'s' if ranks > 1 else ''}"
+            + (" (the engine runs BF16_Optimizer)" if stage == 1 else ""),
+            zero(stage, num_gpus=ranks),
+            "bf16-master-weights-fp32-grads",
+        )
+        for stage, ranks in [(1, 1), (2, 1), (3, 1), (3, 2)]
+    ],
+    case("zero2-llama-7m-bf16-w1", "DeepSpeed ZeRO-2, bf16 with fp32 master weights, 1 rank", zero(2, num_gpus=1), "bf16-master-weights"),
     case(
         "zero2-llama-7m-bf16-smallbucket-w2",
         "DeepSpeed ZeRO-2, bf16, reduce_bucket_size 1e6 elements (the model's gradients in 8 buckets)",
@@ -187,5 +199,16 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
             ("gpipe", "gpipe", 4, "fp32", 1, 2),
             ("interleaved-v2", "interleaved_1f1b", 4, "fp32", 2, 2),
         ]
+    ],
+    *[
+        case(
+            f"pp-interleaved-v2-llama-8l-fp32-mb{micro_batches}-w4",
+            f"torch.distributed.pipelining interleaved_1f1b, {micro_batches} micro-batches, fp32",
+            pipeline("interleaved_1f1b", 4, 2),
+            gradient_accumulation_steps=micro_batches,
+            attention="sdpa",
+            model={"hf_config": {**LLAMA_7M, "num_hidden_layers": 8}},
+        )
+        for micro_batches in (4, 8)
     ],
 ]

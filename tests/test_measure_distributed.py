@@ -95,3 +95,20 @@ def test_setups_a_local_run_cannot_replay_are_refused():
         check_distributed(Setup.model_validate({**base, "parallelism": {"num_gpus": 8}}))
     with pytest.raises(ValueError, match="tensor_parallel_flavor"):
         check_distributed(Setup.model_validate({**base, "parallelism": {"num_gpus": 2, "tensor_parallel_size": 2}}))
+
+
+def test_deepspeed_zero_on_one_rank_is_measured_through_deepspeed():
+    """``num_gpus: 1`` with ``strategy: "zero"`` runs DeepSpeed on one gloo rank (its ZeRO optimizer, buckets
+    and partitions exist on one GPU too); one rank of anything else is a single-process step."""
+    from trainmem.measure.cli import _one_rank_zero
+    from trainmem.measure.distributed import check_distributed
+    from trainmem.setup import Setup
+
+    base = {"model": {"preset": "tinyllama-1.1b"}, "runtime": {"device": "cpu"}}
+    one_rank_zero = {**base, "parallelism": {"num_gpus": 1, "strategy": "zero", "zero_stage": 2}}
+    check_distributed(Setup.model_validate(one_rank_zero))
+    assert _one_rank_zero(one_rank_zero)
+    assert not _one_rank_zero({**base, "parallelism": {"num_gpus": 1}})
+    assert not _one_rank_zero({**base, "parallelism": {"num_gpus": 1, "strategy": "zero", "zero_stage": 0}})
+    with pytest.raises(ValueError, match="num_gpus"):
+        check_distributed(Setup.model_validate({**base, "parallelism": {"num_gpus": 1, "strategy": "ddp"}}))

@@ -1,6 +1,6 @@
 """The distributed gate: trainmem's predictions against every committed multi-rank measurement.
 
-``trainmem/data/corpus_distributed.jsonl`` holds one line per rank of real 2- and 4-rank
+``trainmem/data/corpus_distributed.jsonl`` holds one line per rank of real 1-, 2- and 4-rank
 runs on gloo (``scripts/build_distributed_corpus.py``: DDP, FSDP2, DTensor tensor
 parallelism, DeepSpeed ZeRO 1–3; torch.distributed.pipelining schedules, ``pp-*``, each rank
 compared with its stage's rank of the report). Reading it needs no torch. Cases whose framework rule is

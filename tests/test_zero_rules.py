@@ -130,3 +130,29 @@ def test_zero3_casts_the_gradient_to_fp32_one_sub_group_at_a_time():
     # fp32 gradient piece + a for-loop AdamW's two fp32 temporaries of the same piece
     after = rank.timeline.labels.index("zero_grad")  # the bucket and the other resident overheads
     assert rank.timeline.overhead[step] - rank.timeline.overhead[after] == 3 * deepspeed.SUB_GROUP_SIZE * 4
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_one_rank_keeps_the_zero_optimizers_buffers(stage):
+    """DeepSpeed picks its ZeRO optimizer from the config, not from the world size
+    (``_do_optimizer_sanity_check``), and has no one-rank path: on one GPU the 5e8-element bf16 reduce bucket
+    is allocated (per backward at ZeRO-2, at start-up at ZeRO-3), and with ``grad_accum_dtype`` fp32 the
+    gradient partition is the whole model in fp32 (measured: ``zero{2,3}-llama-7m-bf16-fp32grads-w1``)."""
+    setup = _setup("bf16-master-weights-fp32-grads", zero_stage=stage, num_gpus=1)
+    plan = Plan(Setup.model_validate(setup))
+    assert deepspeed.reduce_bucket_bytes(plan) == 1_000_000_000
+    rank = trainmem.estimate(setup, suggestions=False).ranks[0]
+    assert _at(rank, "optimizer step")["gradients"] == NUMEL * 4  # the fp32 partition, read by the update
+
+
+def test_one_rank_zero_3_gathers_nothing_and_flattens_for_the_update():
+    """One rank: ``_no_gather_coalesced`` points each parameter at its partition (no persistent copies), and
+    ``_prepare_fp32_grad_for_sub_group`` makes a new fp32 tensor of the sub-group's gradients even when they
+    are fp32: the update holds it and AdamW's two temporaries (measured: ``zero3-llama-7m-bf16-fp32grads-w1``,
+    exact)."""
+    report = trainmem.estimate(_setup("bf16-master-weights-fp32-grads", zero_stage=3, num_gpus=1), suggestions=False)
+    rank = report.ranks[0]
+    assert not any(part.name == "persistent gathered parameters" for part in rank.parts)
+    step = _at(rank, "optimizer step")
+    assert step["overhead"] == 1_000_000_000 + 3 * NUMEL * 4
+    assert NUMEL * 2 <= step["parameters"] < NUMEL * 2 + 1024  # the bf16 weights (and the rotary buffers), once

@@ -6,19 +6,18 @@ Python) loaded once into frozen pydantic models.
 
 from __future__ import annotations
 
-import json
 from functools import cache
-from importlib import resources
 from typing import Any, Literal, Optional
 
 from pydantic import Field, PositiveInt
 
 from ._base import FrozenModel
+from .package_data import data_json
 from .units import MIB
 
 
 def _load(filename: str) -> dict[str, Any]:
-    return json.loads(resources.files("trainmem").joinpath("data").joinpath(filename).read_text(encoding="utf-8"))
+    return data_json(filename)
 
 
 class Preset(FrozenModel):

@@ -536,11 +536,12 @@ def simulate_rank(plan: Plan, stage: Stage) -> RankSimulation:
         later_grads_exist = not deepspeed.gradients_live_in_bucket(plan)
         later = _traces(plan, stage, grads_exist=later_grads_exist) if accumulation > 1 else first
         training_phases.record_generation_phases(plan, account)
-        _micro_batch(plan, stage, states, first, account, micro_batch=1, in_flight=in_flight, grads_exist=False)
+        chunk_gradients: dict[int, int] = {}  # interleaved 1F1B: each local chunk's gradient bytes (first pass)
+        _micro_batch(plan, stage, states, first, account, micro_batch=1, in_flight=in_flight, grads_exist=False, chunk_gradients=chunk_gradients)
         if accumulation > 1:
             if pipelining.runs_torch_pipelining(plan):
                 in_flight = pipelining.later_in_flight(plan, stage)
-            _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=later_grads_exist)
+            _micro_batch(plan, stage, states, later, account, micro_batch=2, in_flight=in_flight, grads_exist=later_grads_exist, chunk_gradients=chunk_gradients)
         _optimizer_step(plan, states, account)
     return RankSimulation(stage, account, states.offloaded_bytes, _stage_name(plan, stage), states.offloaded_parts)
 
@@ -640,7 +641,11 @@ def _buffer_bytes(plan: Plan) -> int:
 
 
 def _persistent_small_params(plan: Plan) -> int:
-    if plan.inventory is None:
+    """ZeRO-3's parameters under stage3_param_persistence_threshold, gathered on every rank besides their
+    partitions. Not on one rank: with a partition world size of 1 DeepSpeed "gathers" by pointing the
+    parameter at its partition (``_no_gather_coalesced``/``NoGatherHandle``, deepspeed/runtime/zero/
+    partition_parameters.py; measured: ``zero3-llama-7m-bf16-fp32grads-w1``, one copy of the weights)."""
+    if plan.inventory is None or plan.sharding.weights == 1:
         return 0
     compute = DTYPE_BYTES[plan.precision.compute_weight_dtype]
     small = sum(
@@ -718,8 +723,14 @@ def _micro_batch(
     micro_batch: int,
     in_flight: int,
     grads_exist: bool,
+    chunk_gradients: Optional[dict[int, int]] = None,
 ) -> None:
     """Forward and backward of one micro-batch (``in_flight`` of them overlap on a pipeline stage).
+
+    Under interleaved 1F1B each of the rank's chunks backs up at its own moment of the rank's order
+    (:func:`pipelining.interleaved_chunk_moments`): the chunks in flight, and in the later pass the
+    gradients that exist, are set again as the backward enters each chunk; the first pass notes each
+    chunk's gradient bytes in ``chunk_gradients`` for the later one.
 
     Parts kept during the forward: "saved for backward" (what finished layers saved),
     "hidden state" (the current layer's input) and "embedding output" (``inputs_embeds``,
@@ -754,10 +765,13 @@ def _micro_batch(
             return stream, 0  # the checkpoint keeps the layer's input only
         return trace.saved_activation_bytes, trace.saved_weight_copy_bytes
 
-    refill = 0  # interleaved 1F1B: one chunk's activations, which a forward adds after each chunk's backward
+    per_layer = sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
+    moments = pipelining.chunk_moments(plan, stage, micro_batch)  # interleaved 1F1B: per chunk (in flight, with gradients)
+    chunk_gradients = {} if chunk_gradients is None else chunk_gradients
+    gradients_at_start = account.get("gradients", "gradients")
+    if moments is not None and micro_batch > 1 and chunk_gradients:
+        _set_chunk_gradients(account, moments, len(moments) - 1, chunk_gradients, gradients_at_start)
     if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
-        per_layer = sum(count * sum(kept_by(traces.kinds[kind].layer)) for _, count, kind in traces.runs)
-        refill = pipelining.chunk_refill_bytes(plan, stage, per_layer, _rotary_bytes(plan))
         if pipelining.runs_torch_pipelining(plan):
             layers = pipelining.earlier_layers(plan, stage, in_flight)
         else:
@@ -771,6 +785,8 @@ def _micro_batch(
             if plan.parallel.pipeline_virtual_stages > 1 and stage.index == 0
             else "1F1B schedule"
         )
+        if moments is not None:  # the same, and what the send works hold, at the backward of the last chunk
+            held = pipelining.chunk_held_bytes(plan, stage, len(moments) - 1, moments[-1], per_layer, _rotary_bytes(plan))
         account.set(
             "activations",
             "earlier micro-batches in flight",
@@ -958,6 +974,7 @@ def _micro_batch(
     encoder_step.start_backward(plan, account, _kernels(plan, False))
 
     # ---- backward through the layers, last first
+    current_chunk = len(moments) - 1 if moments is not None else 0
     for run_index in reversed(range(len(traces.runs))):
         first_index, count, kind = traces.runs[run_index]
         kind_traces = traces.kinds[kind]
@@ -973,6 +990,17 @@ def _micro_batch(
         for trace, indices in pieces:
             if not indices:
                 continue
+            if moments is not None and pipelining.chunk_of(plan, stage, indices) != current_chunk:
+                if micro_batch == 1:  # the chunk just left made its gradients in this pass
+                    chunk_gradients[current_chunk] = account.get("gradients", "gradients") - gradients_at_start - sum(chunk_gradients.values())
+                current_chunk = pipelining.chunk_of(plan, stage, indices)
+                account.set(
+                    "activations",
+                    "earlier micro-batches in flight",
+                    pipelining.chunk_held_bytes(plan, stage, current_chunk, moments[current_chunk], per_layer, _rotary_bytes(plan)),
+                )
+                if micro_batch > 1 and chunk_gradients:
+                    _set_chunk_gradients(account, moments, current_chunk, chunk_gradients, gradients_at_start)
             labels = [f"layer {i} backward{suffix}" for i in reversed(indices)]
             saved, copies = kept_by(trace)
             stored = 0 if grads_exist else _stored(plan, states.gradients_per_layer[kind], trace.parameter_grad_bytes)
@@ -988,7 +1016,6 @@ def _micro_batch(
                     ("parameters", "unsharded layers kept for backward"): -kept_by_kind.get(kind, 0),
                 },
             )
-            account.add("activations", "earlier micro-batches in flight", pipelining.refill_bytes(plan, stage, indices, refill))
     if gathered_any:
         account.set("parameters", "gathered weights", 0)
 
@@ -1033,6 +1060,11 @@ def _micro_batch(
             plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist,
             lambda produced: _stored(plan, produced // plan.sharding.gradients, produced),
         )
+    if moments is not None:  # the first pass notes its first chunk's gradients; every chunk has them now
+        if micro_batch == 1:
+            chunk_gradients[current_chunk] = account.get("gradients", "gradients") - gradients_at_start - sum(chunk_gradients.values())
+        else:
+            account.set("gradients", "gradients", gradients_at_start)
     account.set("activations", saved_name, 0)
     account.set("activations", "rotary cos/sin", 0)
     if packing.packed_mask(plan.setup):
@@ -1050,6 +1082,16 @@ def _micro_batch(
     _zero_backward_epilogue(plan, states, account, micro_batch, suffix)
     if not deepspeed.bucket_is_resident(plan):
         account.set("overhead", "ZeRO reduce bucket", 0)  # cleared by the backward's epilogue
+
+
+def _set_chunk_gradients(
+    account: MemoryAccount, moments: list, chunk: int, chunk_gradients: dict[int, int], gradients_at_start: int
+) -> None:
+    """Interleaved 1F1B, later pass: the gradients of the chunks that have had a backward at the moment the
+    pass's backward of ``chunk`` stands for (its own included); the others appear at their first backward."""
+    existing = moments[chunk].with_gradients | {chunk}
+    missing = sum(nbytes for other, nbytes in chunk_gradients.items() if other not in existing)
+    account.set("gradients", "gradients", gradients_at_start - missing)
 
 
 def _zero_backward_epilogue(plan: Plan, states: ModelStates, account: MemoryAccount, micro_batch: int, suffix: str) -> None:
@@ -1136,7 +1178,9 @@ def _stored(plan: Plan, stored: int, produced: int) -> int:
 def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> None:
     precision = plan.precision
     extra = {("overhead", "optimizer step temporaries"): states.step_temporaries}
-    if precision.master_weights and precision.gradient_dtype != "fp32" and not plan.parallel.offload_optimizer:
+    if (
+        precision.master_weights and precision.gradient_dtype != "fp32" or deepspeed.flattens_sub_group_gradients(plan)
+    ) and not plan.parallel.offload_optimizer:
         # DeepSpeed stage 1/2 flattens this rank's gradient partition to fp32 for the update.
         extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
         if plan.parallel.strategy == "zero":  # ZeRO-3 casts one sub_group_size piece at a time

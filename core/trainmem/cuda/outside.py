@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from ..package_data import data_text
 
 from ..plan import Plan
 from ..units import MIB
@@ -31,7 +31,7 @@ from .settings import cublas_workspace_bytes, version_tuple
 @lru_cache(maxsize=1)
 def overheads() -> dict:
     """``data/cuda_overheads.json``."""
-    text = resources.files("trainmem").joinpath("data").joinpath("cuda_overheads.json").read_text(encoding="utf-8")
+    text = data_text("cuda_overheads.json")
     return json.loads(text)
 
 

@@ -29,7 +29,6 @@ from ..layers import LayerKernels, LayerShape, Trace, Trainability, replay, trac
 from ..inventory import LayerGroup, ModelInventory
 from ..models import family_for
 from ..models.blocks import ParameterTensor
-from ..models.t5 import encoder_architecture
 from ..stacks import Piece, Stack
 from .audio import trace_audio_front_end
 from .ends import trace_seq2seq_embedding
@@ -78,6 +77,8 @@ def encoder_stack(decoder: Optional[Architecture]) -> Optional[EncoderStack]:
     """The encoder of an encoder-decoder's (decoder) architecture; None for any other model."""
     if decoder is None or not decoder.encoder_layers:
         return None
+    from ..models.t5 import encoder_architecture  # the family's module, imported once a model has an encoder
+
     family = family_for(decoder)
     arch = encoder_architecture(decoder)
     return EncoderStack(

@@ -61,7 +61,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     try:
         setup = _read_setup(arguments.setup)
-        if _ranks(setup) > 1:
+        if _ranks(setup) > 1 or _one_rank_zero(setup):
             if arguments.fake:
                 raise ValueError("--fake: a distributed measurement runs real tensors (gloo needs data)")
             from .distributed import measure_distributed
@@ -92,6 +92,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     for measurement in measurements:
         _emit(measurement, arguments)
     return 0
+
+
+def _one_rank_zero(setup: dict) -> bool:
+    """A one-process DeepSpeed ZeRO run is measured through DeepSpeed, as the distributed runs are."""
+    from ..setup import Setup
+    from .distributed import runs_deepspeed_on_one_rank
+
+    try:
+        return runs_deepspeed_on_one_rank(Setup.model_validate(setup))
+    except ValueError:
+        return False
 
 
 def _ranks(setup: dict) -> int:

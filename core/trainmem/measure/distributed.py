@@ -43,12 +43,23 @@ from .record import Measurement
 MAX_LOCAL_RANKS = 4
 
 
+def runs_deepspeed_on_one_rank(setup: Setup) -> bool:
+    """DeepSpeed ZeRO on a single process (``num_gpus`` 1, stage 1–3): the engine still wraps the
+    client optimizer in its ZeRO (or BF16) optimizer, with a data-parallel group of one rank, so it is
+    measured like the distributed runs (one gloo rank), not as a plain PyTorch step."""
+    parallel = setup.parallelism
+    return parallel.num_gpus == 1 and parallel.strategy == "zero" and parallel.zero_stage >= 1
+
+
 def check_distributed(setup: Setup) -> None:
     """Raise ValueError naming the first field a local distributed measurement cannot replay."""
     parallel = setup.parallelism
     problems = []
-    if not 2 <= parallel.num_gpus <= MAX_LOCAL_RANKS:
-        problems.append(f"parallelism.num_gpus={parallel.num_gpus} (a distributed measurement runs 2–4 local ranks)")
+    if not 2 <= parallel.num_gpus <= MAX_LOCAL_RANKS and not runs_deepspeed_on_one_rank(setup):
+        problems.append(
+            f"parallelism.num_gpus={parallel.num_gpus} (a distributed measurement runs 2–4 local ranks, "
+            "or 1 under DeepSpeed ZeRO)"
+        )
     if parallel.pipeline_parallel_size > 1 or parallel.context_parallel_size > 1 or parallel.expert_parallel_size > 1:
         problems.append("pipeline, context or expert parallelism")
     if parallel.tensor_parallel_size > 1:

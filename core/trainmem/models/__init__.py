@@ -9,88 +9,99 @@ tower and projector are stated as not counted.
 
 To add a family: write ``trainmem/models/<family>.py`` with a ``DecoderFamily`` subclass (config
 reader with the transformers class's defaults, inventory from the shared blocks, a ``LayerProgram``
-subclass for ops of its own), add it to ``_FAMILY_CLASSES`` below, add a preset and small measured
+subclass for ops of its own), add it to ``FAMILY_MODULES`` below, add a preset and small measured
 corpus cases (scripts/corpus_cases.py), and run tests/test_families.py.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Iterator, Mapping
+from importlib import import_module
+from typing import Any
 
 from ..architecture import Architecture
 from ..errors import FieldError
-from .cohere import Cohere
-from .falcon import Falcon
-from .bert import Bert
-from .deberta_v2 import DebertaV2
-from .deepseek import DeepseekV2, DeepseekV3
-from .distilbert import DistilBert
 from .family import DecoderFamily
 from .fields import ConfigFields, describe
-from .gemma import Gemma2, Gemma3Text
-from .gpt2 import GPT2
-from .gpt_neox import GPTNeoX
-from .granite import Granite
-from .gpt_oss import GptOss
 from .llama import Llama
-from .llama4 import Llama4Text
-from .mistral import Mistral, Mixtral
-from .modernbert import ModernBert
-from .olmo2 import Olmo2
-from .phi3 import Phi3
-from .phimoe import Phimoe
-from .qwen2 import Qwen2, Qwen2Moe
-from .qwen3 import Qwen3, Qwen3Moe
-from .qwen3_next import Qwen3Next
-from .qwen3_5 import Qwen3_5MoeText, Qwen3_5Text
-from .roberta import Roberta, XLMRoberta
-from .starcoder2 import Starcoder2
-from .vision_encoders import VISION_ENCODER_FAMILIES
-from .t5 import MT5, T5
-from .bart import Bart
-from .whisper import Whisper
 
-_FAMILY_CLASSES: tuple[type[DecoderFamily], ...] = (
-    GPT2,
-    Llama,
-    Mistral,
-    Mixtral,
-    Qwen2,
-    Qwen2Moe,
-    Qwen3,
-    Qwen3Moe,
-    Gemma2,
-    Gemma3Text,
-    Phi3,
-    Phimoe,
-    Olmo2,
-    Starcoder2,
-    Granite,
-    Llama4Text,
-    GPTNeoX,
-    DeepseekV2,
-    DeepseekV3,
-    GptOss,
-    Qwen3Next,
-    Qwen3_5Text,
-    Qwen3_5MoeText,
-    Cohere,
-    Falcon,
-    Bert,
-    Roberta,
-    XLMRoberta,
-    DistilBert,
-    ModernBert,
-    *VISION_ENCODER_FAMILIES,
-    T5,
-    MT5,
-    Bart,
-    Whisper,
-    DebertaV2,
-)
+FAMILY_MODULES: dict[str, tuple[str, str]] = {
+    "gpt2": ("gpt2", "GPT2"),
+    "llama": ("llama", "Llama"),
+    "mistral": ("mistral", "Mistral"),
+    "mixtral": ("mistral", "Mixtral"),
+    "qwen2": ("qwen2", "Qwen2"),
+    "qwen2_moe": ("qwen2", "Qwen2Moe"),
+    "qwen3": ("qwen3", "Qwen3"),
+    "qwen3_moe": ("qwen3", "Qwen3Moe"),
+    "gemma2": ("gemma", "Gemma2"),
+    "gemma3_text": ("gemma", "Gemma3Text"),
+    "phi3": ("phi3", "Phi3"),
+    "phimoe": ("phimoe", "Phimoe"),
+    "olmo2": ("olmo2", "Olmo2"),
+    "starcoder2": ("starcoder2", "Starcoder2"),
+    "granite": ("granite", "Granite"),
+    "llama4_text": ("llama4", "Llama4Text"),
+    "gpt_neox": ("gpt_neox", "GPTNeoX"),
+    "deepseek_v2": ("deepseek", "DeepseekV2"),
+    "deepseek_v3": ("deepseek", "DeepseekV3"),
+    "gpt_oss": ("gpt_oss", "GptOss"),
+    "qwen3_next": ("qwen3_next", "Qwen3Next"),
+    "qwen3_5_text": ("qwen3_5", "Qwen3_5Text"),
+    "qwen3_5_moe_text": ("qwen3_5", "Qwen3_5MoeText"),
+    "cohere": ("cohere", "Cohere"),
+    "falcon": ("falcon", "Falcon"),
+    "bert": ("bert", "Bert"),
+    "roberta": ("roberta", "Roberta"),
+    "xlm-roberta": ("roberta", "XLMRoberta"),
+    "distilbert": ("distilbert", "DistilBert"),
+    "modernbert": ("modernbert", "ModernBert"),
+    "vit": ("vision_encoders", "Vit"),
+    "dinov2": ("vision_encoders", "Dinov2"),
+    "dinov2_with_registers": ("vision_encoders", "Dinov2WithRegisters"),
+    "clip_vision_model": ("vision_encoders", "ClipVision"),
+    "clip": ("vision_encoders", "Clip"),
+    "siglip_vision_model": ("vision_encoders", "SiglipVision"),
+    "siglip": ("vision_encoders", "Siglip"),
+    "t5": ("t5", "T5"),
+    "mt5": ("t5", "MT5"),
+    "bart": ("bart", "Bart"),
+    "whisper": ("whisper", "Whisper"),
+    "deberta-v2": ("deberta_v2", "DebertaV2"),
+}
+"""Supported ``model_type`` -> (module of ``trainmem.models``, its :class:`DecoderFamily` subclass).
 
-FAMILIES: dict[str, DecoderFamily] = {cls.model_type: cls() for cls in _FAMILY_CLASSES}
-"""Supported ``model_type`` values and their family."""
+A family's module is imported when a config of its ``model_type`` is first read (or its family is
+first asked for), not when trainmem is imported: the web page then starts without the other
+families' code (tests/test_family_registry.py checks this table against the classes' ``model_type``)."""
+
+
+class _FamilyRegistry(Mapping[str, DecoderFamily]):
+    """``model_type`` -> family, importing the family's module on first access (see FAMILY_MODULES)."""
+
+    def __init__(self, modules: Mapping[str, tuple[str, str]]) -> None:
+        self._modules = modules
+        self._families: dict[str, DecoderFamily] = {}
+
+    def __getitem__(self, model_type: str) -> DecoderFamily:
+        family = self._families.get(model_type)
+        if family is None:
+            module, name = self._modules[model_type]
+            family = self._families[model_type] = getattr(import_module(f"{__name__}.{module}"), name)()
+        return family
+
+    def __contains__(self, model_type: object) -> bool:
+        return model_type in self._modules
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+
+FAMILIES: Mapping[str, DecoderFamily] = _FamilyRegistry(FAMILY_MODULES)
+"""Supported ``model_type`` values and their family (each family's module imported at first use)."""
 
 MODEL_TYPE_ALIASES: dict[str, str] = {
     "kimi_k2": "deepseek_v3",

@@ -34,8 +34,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def runs_zero(plan: "Plan") -> bool:
+    """DeepSpeed's ZeRO optimizer wraps the client optimizer (stage 1–3), on one rank too: the engine picks
+    it from the config, not from the data-parallel size (``DeepSpeedEngine._do_optimizer_sanity_check``), and
+    ``DeepSpeedZeroOptimizer`` has no single-rank path for its buckets, flattened copies or partitions (a
+    partition is then the whole model). Measured: ``zero2-llama-7m-bf16-w1`` and
+    ``zero2-llama-7m-bf16-fp32grads-w1``, the 1 GB bf16 reduce bucket and its flattened copy on one gloo rank."""
     parallel = plan.parallel
-    return parallel.strategy == "zero" and parallel.zero_stage >= 1 and plan.data_parallel_size > 1
+    return parallel.strategy == "zero" and parallel.zero_stage >= 1
 
 
 def overlap_comm(plan: "Plan") -> bool:
@@ -303,6 +308,16 @@ def flat_partition_numel(plan: "Plan", trainable_numel: int) -> int:
     if plan.parallel.zero_stage == 3:
         return min(partition, SUB_GROUP_SIZE)
     return partition
+
+
+def flattens_sub_group_gradients(plan: "Plan") -> bool:
+    """ZeRO-3: ``_prepare_fp32_grad_for_sub_group`` (stage3.py) hands the master's sub-group a new tensor,
+    ``self.flatten(averaged_gradients).to(fp32)`` — ``flatten`` is a ``torch.cat``, so there is an fp32 copy of
+    one sub-group for the update also when the gradient partition is fp32 already (``grad_accum_dtype`` fp32,
+    or an fp32 model). Measured: ``zero3-llama-7m-bf16-fp32grads-w1``, three fp32 partition-sized tensors in
+    the step (that copy and AdamW's two temporaries)."""
+    parallel = plan.parallel
+    return parallel.strategy == "zero" and parallel.zero_stage == 3 and not plan.lora
 
 
 def frees_gradients_before_update(plan: "Plan") -> bool:

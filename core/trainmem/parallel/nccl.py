@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from ..package_data import data_text
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 @lru_cache(maxsize=1)
 def defaults() -> dict:
     """``data/nccl.json``."""
-    text = resources.files("trainmem").joinpath("data").joinpath("nccl.json").read_text(encoding="utf-8")
+    text = data_text("nccl.json")
     return json.loads(text)
 
 

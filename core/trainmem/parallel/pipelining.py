@@ -30,7 +30,7 @@ channel and peer, outside the caching allocator); gloo on CPU has none; the NCCL
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import FieldError
 
@@ -137,25 +137,100 @@ def interleaved_order(rank: int, pipeline_size: int, virtual_stages: int, micro_
     return order
 
 
-def interleaved_later_in_flight(rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int) -> int:
-    """Chunks in flight at the moment the step simulation's later micro-batch stands for, when its
-    gradients exist: on the last rank the head's chunk, whose gradients dominate, runs the first
-    backwards, so at its second backward; elsewhere at the first backward after every local chunk
-    has had one. (Between them gradients exist for some chunks only, which the simulation's two
-    micro-batch moments do not represent.)"""
-    seen: set[int] = set()
-    backwards = 0
-    in_flight = 0
+class ChunkMoment(NamedTuple):
+    """The state of a rank under interleaved 1F1B at the backward of one of its chunks."""
+
+    in_flight: int  # chunk forwards whose activations wait for their backward (this one included)
+    with_gradients: frozenset  # local chunks that have had a backward: their .grad tensors exist
+    sent: int  # hidden-state tensors held by send works: outputs and input gradients already sent
+    received: int  # chunks in flight whose input is a receive buffer (their first layer saves no copy)
+
+
+def sends_output(rank: int, pipeline_size: int, virtual_stages: int, chunk: int) -> bool:
+    """Every stage but the last (the head's, on the last rank's last chunk) sends its output on."""
+    return not (rank == pipeline_size - 1 and chunk == virtual_stages - 1)
+
+
+def receives_input(rank: int, chunk: int) -> bool:
+    """Every stage but the first (rank 0's first chunk, with the embedding) receives its input."""
+    return not (rank == 0 and chunk == 0)
+
+
+def interleaved_backward_moments(
+    rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int
+) -> dict[tuple[int, int], ChunkMoment]:
+    """Walk the rank's order (:func:`interleaved_order`) and note the :class:`ChunkMoment` at the backward of
+    each (local chunk, micro-batch), micro-batches counted from 1 per chunk in the order the chunk runs them.
+
+    A chunk's ``.grad`` tensors appear at its first backward and stay until the optimizer step. The
+    sends: ``ScheduleInterleaved1F1B`` runs on ``_PipelineScheduleRuntime``, whose ``_step_microbatches``
+    (torch/distributed/pipelining/schedules.py) keeps every send's work in ``send_ops`` and waits on them
+    only when the step's actions are done, so each output sent on (``get_fwd_send_ops``, a detached view
+    of the output) outlives its backward, and each input gradient sent back (``get_bwd_send_ops``) its
+    chunk's backward (measured: ``pp-interleaved-v2-llama-*``, one hidden state left per backward of a
+    chunk that sends its output, one more where it also received its input)."""
+    forwards_in_flight = 0
+    sent = 0
+    received = 0
+    backwards = [0] * virtual_stages
+    with_gradients: set[int] = set()
+    moments: dict[tuple[int, int], ChunkMoment] = {}
     for kind, chunk in interleaved_order(rank, pipeline_size, virtual_stages, micro_batches):
         if kind == "F":
-            in_flight += 1
+            forwards_in_flight += 1
+            received += receives_input(rank, chunk)
             continue
-        if (rank == pipeline_size - 1 and backwards == 1) or len(seen) == virtual_stages:
-            return in_flight
-        seen.add(chunk)
-        backwards += 1
-        in_flight -= 1
-    return 1
+        backwards[chunk] += 1
+        moments[(chunk, backwards[chunk])] = ChunkMoment(forwards_in_flight, frozenset(with_gradients), sent, received)
+        forwards_in_flight -= 1
+        received -= receives_input(rank, chunk)
+        with_gradients.add(chunk)
+        sent += sends_output(rank, pipeline_size, virtual_stages, chunk) + receives_input(rank, chunk)
+    return moments
+
+
+def interleaved_chunk_moments(
+    rank: int, pipeline_size: int, virtual_stages: int, micro_batches: int, later: bool
+) -> list[ChunkMoment]:
+    """Per local chunk (index = chunk), the moment of the rank's order that the step simulation's pass
+    stands for at that chunk's backward (:func:`interleaved_backward_moments`):
+
+    * the first pass (micro-batch 1): each chunk's first backward — the chunks after it have their
+      gradients, it makes its own, the chunks before it have none yet;
+    * the later pass (micro-batches 2 … n): of each chunk's later backwards the one with the most
+      chunks in flight, the latest on a tie (more gradients and sends exist by then). In the first
+      round (k = n / rounds micro-batches) the chunks before it still have no gradients: on the last
+      rank of 4 × 2 the head's chunk runs all its backwards before the other chunk's first (measured:
+      ``pp-interleaved-v2-llama-8l-fp32-mb4-w4``, rank 3 at its fourth head backward without the other
+      chunk's gradients)."""
+    moments = interleaved_backward_moments(rank, pipeline_size, virtual_stages, micro_batches)
+    chosen = []
+    for chunk in range(virtual_stages):
+        if not later:
+            chosen.append(moments[(chunk, 1)])
+            continue
+        candidates = [(moments[(chunk, j)].in_flight, j) for j in range(2, micro_batches + 1)]
+        _, j = max(candidates) if candidates else (0, 1)
+        chosen.append(moments[(chunk, j)])
+    return chosen
+
+
+def chunk_moments(plan: "Plan", stage: "Stage", micro_batch: int) -> "list[ChunkMoment] | None":
+    """:func:`interleaved_chunk_moments` for a simulated stage's pass (``micro_batch`` 1, or 2 for the later
+    ones); None outside interleaved 1F1B."""
+    parallel = plan.parallel
+    if not runs_torch_pipelining(plan) or parallel.pipeline_virtual_stages == 1:
+        return None
+    micro_batches = plan.setup.gradient_accumulation_steps
+    if micro_batch > 1 and micro_batches == 1:
+        return None
+    return interleaved_chunk_moments(
+        rank_of(stage, parallel.pipeline_parallel_size),
+        parallel.pipeline_parallel_size,
+        parallel.pipeline_virtual_stages,
+        micro_batches,
+        later=micro_batch > 1,
+    )
 
 
 def rank_of(stage: "Stage", pipeline_size: int) -> int:
@@ -262,9 +337,9 @@ def later_in_flight(plan: "Plan", stage: "Stage") -> int:
     n = p holds one micro-batch at its last backward, GPipe n − 1 at its second."""
     parallel = plan.parallel
     micro_batches = plan.setup.gradient_accumulation_steps
-    if parallel.pipeline_schedule == "interleaved_1f1b":
-        rank = rank_of(stage, parallel.pipeline_parallel_size)
-        return interleaved_later_in_flight(rank, parallel.pipeline_parallel_size, parallel.pipeline_virtual_stages, micro_batches)
+    moments = chunk_moments(plan, stage, 2)
+    if moments is not None:  # interleaved 1F1B: at the later pass's backward of the rank's last chunk
+        return moments[-1][0]
     return max(1, min(stage.in_flight_micro_batches, micro_batches - 1))
 
 
@@ -328,7 +403,7 @@ def earlier_outputs_bytes(plan: "Plan", stage: "Stage", in_flight: int, head_sav
 
 def chunk_groups(plan: "Plan", stage: "Stage", indices: list[int]) -> list[list[int]]:
     """``indices`` (ascending layers of the rank) cut where one of its interleaved chunks ends, last chunk
-    first, so that the step simulation can refill in-flight activations between chunks' backwards."""
+    first, so that the step simulation can set each chunk's moment (:func:`chunk_held_bytes`) as its backward starts."""
     virtual = plan.parallel.pipeline_virtual_stages
     if not runs_torch_pipelining(plan) or virtual == 1 or not indices:
         return [indices]
@@ -339,25 +414,23 @@ def chunk_groups(plan: "Plan", stage: "Stage", indices: list[int]) -> list[list[
     return [groups[chunk] for chunk in sorted(groups, reverse=True)]
 
 
-def chunk_refill_bytes(plan: "Plan", stage: "Stage", stage_kept_bytes: int, rotary_bytes: int) -> int:
-    """One chunk's kept activations (and its output and rotary tables) under interleaved 1F1B: in the
-    steady state every chunk backward is paired with a chunk forward (``_get_1f1b_rank_ops``), so as the
-    current micro-batch's chunks finish their backward, other micro-batches' chunks take their place."""
-    parallel = plan.parallel
-    virtual = parallel.pipeline_virtual_stages
-    if not runs_torch_pipelining(plan) or virtual == 1:
-        return 0
-    rank = rank_of(stage, parallel.pipeline_parallel_size)
-    if not _interleaved_phases(rank, parallel.pipeline_parallel_size, virtual, plan.setup.gradient_accumulation_steps)[1]:
-        return 0  # no steady state: every forward ran before the first backward
-    return stage_kept_bytes // virtual + _stream_bytes(plan) + rotary_bytes
+def chunk_of(plan: "Plan", stage: "Stage", indices: list[int]) -> int:
+    """The local interleaved chunk that a group of :func:`chunk_groups` belongs to."""
+    chunk_layers = max(1, stage.num_layers // plan.parallel.pipeline_virtual_stages)
+    return (min(indices) - stage.first_layer) // chunk_layers
 
 
-def refill_bytes(plan: "Plan", stage: "Stage", indices: list[int], refill: int) -> int:
-    """``refill`` after the backward of a chunk that is not the rank's first (its first layer starts a chunk)."""
+def chunk_held_bytes(plan: "Plan", stage: "Stage", chunk: int, moment: ChunkMoment, stage_kept_bytes: int, rotary_bytes: int) -> int:
+    """Other chunks' activations alive at the backward of local chunk ``chunk`` of the simulated micro-batch
+    (:func:`interleaved_chunk_moments`): the saved tensors of ``in_flight − 1 − chunk`` chunks (the
+    micro-batch's own chunks 0 … chunk − 1 are the pass's own), the output in ``fwd_cache`` with its rotary
+    tables of every other chunk in flight (``in_flight − 1``), as :func:`earlier_layers` and
+    :func:`earlier_outputs_bytes` count them at the first chunk's backward, and the hidden states that
+    send works still hold (``sent``); less, for each chunk in flight whose input is a receive buffer
+    (``received``, this micro-batch's included), the input its first layer saves, which is that buffer
+    (counted apart, :func:`receive_buffer_bytes`)."""
     virtual = plan.parallel.pipeline_virtual_stages
-    if not refill or not indices:
-        return 0
-    chunk_layers = stage.num_layers // virtual
-    first = min(indices)
-    return refill if first > stage.first_layer and (first - stage.first_layer) % chunk_layers == 0 else 0
+    stream = _stream_bytes(plan)
+    others = max(0, moment.in_flight - 1)
+    kept = max(0, moment.in_flight - 1 - chunk) * (stage_kept_bytes // virtual) + others * (stream + rotary_bytes)
+    return max(0, kept + (moment.sent - moment.received) * stream)

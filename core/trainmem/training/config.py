@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from importlib import resources
+from ..package_data import data_text
 from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
@@ -51,7 +51,7 @@ MODE_FIELDS = (
 @cache
 def modes() -> dict[str, dict[str, Any]]:
     """The modes table (``trainmem/data/training_modes.json``)."""
-    text = resources.files("trainmem").joinpath("data").joinpath("training_modes.json").read_text(encoding="utf-8")
+    text = data_text("training_modes.json")
     return {name: value for name, value in json.loads(text).items() if not name.startswith("_")}
 
 
