@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, get_args
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "core"))
@@ -49,22 +49,12 @@ from trainmem.field_paths import setup_field_paths  # noqa: E402
 from trainmem.catalogs import gpus, optimizers, presets  # noqa: E402
 from trainmem.errors import format_validation_error, one_line  # noqa: E402
 from trainmem.render import render_report  # noqa: E402
+from trainmem.setup import Precision  # noqa: E402
 
 FULL_CASES = 100_000
 DEFAULT_CASES = 400
 
-PRECISIONS = [
-    "fp32",
-    "amp-bf16",
-    "amp-fp16",
-    "bf16-mixed",
-    "fp16-mixed",
-    "bf16-master-weights",
-    "fp16-master-weights",
-    "bf16-master-weights-fp32-grads",
-    "bf16-pure",
-    "fp8-mixed",
-]
+PRECISIONS = list(get_args(Precision))  # every recipe, in the order Setup declares them
 MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "c_attn", "qkv_proj"]
 
 

@@ -11,7 +11,9 @@ What is hashed (SHA-256 of the text, one entry per case):
   (``read_files``), every ``write_file`` format, ``markdown``, ``catalogs`` and the Setup JSON schema;
 * ``varied``: ``compute`` on seeded setups from benchmarks/fuzz_setups.py, valid-looking and hostile
   (errors are answers too), every tenth with suggestions;
-* ``cli_errors``: the messages of unsupported model types and presets (they list the supported ones).
+* ``cli_errors``: the messages of unsupported model types and presets (they list the supported ones);
+* ``presets``: ``compute`` with suggestions of every preset on its own (``{"model": name}``);
+* ``generation``: the ``generate`` phase (trainmem.inference) of every case of ``corpus_generation.jsonl``.
 
 ``--first-only`` hashes the default setup's compute alone: run it in a fresh process to check the
 answer of a cold start, with nothing imported before it.
@@ -107,6 +109,33 @@ def cli_errors() -> dict[str, str]:
     return hashes
 
 
+def presets() -> dict[str, str]:
+    import trainmem_web
+    from trainmem.catalogs import presets as preset_catalog
+
+    return {
+        f"presets/{name}": _sha(trainmem_web.compute(json.dumps({"model": name}), True)) for name in sorted(preset_catalog())
+    }
+
+
+def generation() -> dict[str, str]:
+    """The phase each measured generation case predicts (trainmem.inference.validate.predict), field by field."""
+    from trainmem.inference.generation import hf_generation_phase
+    from trainmem.inference.validate import load_generation_corpus
+    from trainmem.plan import Plan
+    from trainmem.setup import Setup
+
+    hashes = {}
+    for measurement in load_generation_corpus():
+        case = measurement.case
+        phase = hf_generation_phase(
+            Plan(Setup.model_validate(case.setup_dict())), case.batch_size, case.prompt_tokens, case.completion_tokens,
+            do_sample=case.do_sample, top_k=case.generation_kwargs.get("top_k", 50) if case.do_sample else None,
+        )
+        hashes[f"generation/{case.id}"] = _sha(repr(phase))
+    return hashes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="write the hashes to this JSON file")
@@ -117,7 +146,7 @@ def main() -> int:
     args = parser.parse_args()
     hashes = first_compute()
     if not args.first_only:
-        hashes |= corpus() | page() | varied(args.varied, args.seed) | cli_errors()
+        hashes |= corpus() | page() | varied(args.varied, args.seed) | cli_errors() | presets() | generation()
     groups: dict[str, list[str]] = {}
     for key in sorted(hashes):
         groups.setdefault(key.split("/")[0], []).append(hashes[key])

@@ -20,21 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from small_models import LLAMA_14M, LLAMA_14M_MHA  # shared with the tests (scripts/small_models.py)
+
 # Small models defined here (config.json fields); the large ones are trainmem presets.
 GPT2_12M = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 192, "n_layer": 4, "n_head": 6}
 GPT2_12M_NO_DROPOUT = {**GPT2_12M, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}
-LLAMA_14M = {
-    "model_type": "llama",
-    "vocab_size": 32000,
-    "hidden_size": 192,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 6,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-}
-LLAMA_14M_MHA = {**LLAMA_14M, "num_key_value_heads": 6}
 LLAMA_58M = {
     "model_type": "llama",
     "vocab_size": 32000,

@@ -24,17 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-LLAMA_7M = {
-    "model_type": "llama",
-    "vocab_size": 8000,
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-    "tie_word_embeddings": False,
-}
+from small_models import LLAMA_7M  # shared with the tests (scripts/small_models.py)
 
 
 def case(case_id: str, description: str, parallelism: dict, precision: str = "fp32", **fields: Any) -> dict[str, Any]:

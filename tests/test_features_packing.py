@@ -7,23 +7,13 @@ what the knob changes, the refusals, and how the readers map packing keys.
 from __future__ import annotations
 
 import pytest
+from small_models import LLAMA_14M_MHA as MHA
 
 import trainmem
 from trainmem import inputs
 from trainmem.errors import one_line
 from trainmem.packing import mask_bytes, packed_mask, row_shape
 from trainmem.setup import Setup
-
-MHA = {
-    "model_type": "llama",
-    "vocab_size": 32000,
-    "hidden_size": 192,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 6,
-    "num_key_value_heads": 6,
-    "max_position_embeddings": 4096,
-}
 
 
 def setup(**extra) -> Setup:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from small_models import LLAMA_14M as GQA
+from small_models import LLAMA_14M_MHA as MHA
 
 import trainmem
 from trainmem.errors import one_line
@@ -16,19 +18,6 @@ from trainmem.packing import row_shape
 from trainmem.padding_mask import attention_mask_input_bytes, mask_bytes, padding_mask
 from trainmem.setup import Setup
 from trainmem.validate import load_corpus
-
-MHA = {
-    "model_type": "llama",
-    "vocab_size": 32000,
-    "hidden_size": 192,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 6,
-    "num_key_value_heads": 6,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-}
-GQA = {**MHA, "num_key_value_heads": 2}
 
 
 def setup(config=MHA, **extra) -> Setup:

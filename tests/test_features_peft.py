@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from small_models import LLAMA_14M
 
 import trainmem
 from trainmem import inputs
@@ -16,18 +17,6 @@ from trainmem.cli import main
 from trainmem.errors import one_line
 from trainmem.plan import Plan
 from trainmem.setup import Setup
-
-LLAMA_14M = {
-    "model_type": "llama",
-    "vocab_size": 32000,
-    "hidden_size": 192,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 6,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-}
 
 
 def lora_setup(**lora) -> dict:

@@ -12,6 +12,7 @@
 """
 
 import pytest
+from small_models import LLAMA_7M
 
 import trainmem
 from trainmem.parallel import deepspeed
@@ -152,17 +153,6 @@ def test_the_host_report_json_shape():
 MEASURED_LOAD = {
     "every_rank": {"build_peak_bytes": 27_993_344, "after_build_bytes": 27_993_344},
     "sharded": {"build_peak_bytes": 17_238_400, "after_build_bytes": 6_998_400},
-}
-LLAMA_7M = {
-    "model_type": "llama",
-    "vocab_size": 8000,
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-    "tie_word_embeddings": False,
 }
 
 

@@ -13,20 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_models import LLAMA_2_LAYERS as LLAMA_CONFIG
 
 from trainmem.cli import main
 from trainmem.files import MAX_FILE_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LLAMA_CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 512,
-    "vocab_size": 1000,
-}
 
 #: name -> bytes of a file the table refers to as ``@name``.
 FILES: dict[str, bytes] = {

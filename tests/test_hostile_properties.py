@@ -20,6 +20,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from small_models import LLAMA_2_LAYERS
 
 import trainmem
 from trainmem.errors import format_validation_error, one_line
@@ -61,16 +62,7 @@ BASES = [
     {"model": "gpt2", "sequence_length": 128},
     {"model": "qwen1.5-moe-a2.7b", "sequence_length": 64, "parallelism": {"num_gpus": 4, "zero_stage": 3}},
     {
-        "model": {
-            "hf_config": {
-                "model_type": "llama",
-                "hidden_size": 256,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
-                "intermediate_size": 512,
-                "vocab_size": 1000,
-            }
-        },
+        "model": {"hf_config": {**LLAMA_2_LAYERS}},
         "sequence_length": 64,
         "finetuning": {"method": "lora"},
     },

@@ -9,21 +9,12 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from small_models import TINY_LLAMA  # noqa: E402
+
 import trainmem  # noqa: E402
 from trainmem.measure.runner import measure  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-TINY_LLAMA = {
-    "model_type": "llama",
-    "vocab_size": 512,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 256,
-}
 
 
 @pytest.mark.parametrize("implementation", ["for-loop", "foreach"])

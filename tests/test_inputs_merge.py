@@ -3,17 +3,9 @@
 import json
 
 import pytest
+from small_models import LLAMA_2_LAYERS as CONFIG
 
 from trainmem.inputs import read_texts
-
-CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 256,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 512,
-    "vocab_size": 1000,
-}
 
 
 @pytest.mark.parametrize("model", ["llama-3-8b", {"preset": "llama-3-8b"}, {"num_parameters": 7_000_000_000}])

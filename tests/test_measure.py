@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from small_models import TINY_LLAMA  # noqa: E402
+
 from trainmem.measure.cli import main as measure_main  # noqa: E402
 from trainmem.measure.corpus import dump_measurement, load_corpus, measurement_differences  # noqa: E402
 from trainmem.measure.events import ROLE_AUTOCAST_WEIGHT_COPY  # noqa: E402
@@ -26,16 +28,6 @@ from trainmem.measure.tracker import StorageTracker  # noqa: E402
 pytestmark = pytest.mark.torch
 
 TINY_GPT2 = {"model_type": "gpt2", "vocab_size": 512, "n_positions": 128, "n_embd": 64, "n_layer": 2, "n_head": 4}
-TINY_LLAMA = {
-    "model_type": "llama",
-    "vocab_size": 512,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 256,
-}
 
 
 def tiny_setup(config: dict, **fields) -> dict:

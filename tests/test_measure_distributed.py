@@ -8,6 +8,7 @@ with ``-m slow``).
 from __future__ import annotations
 
 import pytest
+from small_models import TINY_LLAMA
 
 from trainmem.measure.accounting import PART_BUFFERS_BEFORE_STEP, StepLog, account, rebased_at_first_mark
 from trainmem.measure.events import ALLOC, FREE, MARK, ROLE_ALLOCATED, ROLE_PARAMETER, Segment, StorageInfo
@@ -70,19 +71,7 @@ def test_a_two_rank_fsdp2_run_matches_the_estimate():
     from trainmem.validate import compare
 
     setup = {
-        "model": {
-            "hf_config": {
-                "model_type": "llama",
-                "vocab_size": 512,
-                "hidden_size": 64,
-                "intermediate_size": 128,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 2,
-                "max_position_embeddings": 256,
-                "tie_word_embeddings": False,
-            }
-        },
+        "model": {"hf_config": {**TINY_LLAMA, "tie_word_embeddings": False}},
         "micro_batch_size": 2,
         "sequence_length": 32,
         "precision": "fp32",

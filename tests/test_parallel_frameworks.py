@@ -4,21 +4,11 @@ tests/test_validation_distributed.py)."""
 from __future__ import annotations
 
 import pytest
+from small_models import LLAMA_7M as LLAMA
 
 import trainmem
 from trainmem.cli import main
 
-LLAMA = {
-    "model_type": "llama",
-    "vocab_size": 8000,
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-    "tie_word_embeddings": False,
-}
 LAYER_FP32_BYTES = 4 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 688 + 2 * 256)
 ROOT_FP32_BYTES = 4 * (2 * 8000 * 256 + 256)
 

@@ -12,22 +12,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from small_models import LLAMA_7M as LLAMA
 
 import trainmem
 from trainmem.cli import main
 from trainmem.parallel.pipelining import in_flight_chunks
-
-LLAMA = {
-    "model_type": "llama",
-    "vocab_size": 8000,
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-    "tie_word_embeddings": False,
-}
 
 
 def setup(schedule=None, micro_batches=4, pipeline=2, virtual=1, layers=4):

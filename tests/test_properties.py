@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
@@ -9,6 +11,7 @@ from pydantic import ValidationError
 
 import trainmem
 from trainmem.catalogs import gpus, optimizers, presets
+from trainmem.setup import Precision
 
 SMALL_PRESETS = [
     "gpt2",
@@ -22,17 +25,7 @@ SMALL_PRESETS = [
     "qwen1.5-moe-a2.7b",
     "llama-2-7b",
 ]
-PRECISIONS = [
-    "fp32",
-    "amp-bf16",
-    "amp-fp16",
-    "bf16-mixed",
-    "fp16-mixed",
-    "bf16-master-weights",
-    "fp16-master-weights",
-    "bf16-master-weights-fp32-grads",
-    "bf16-pure",
-]
+PRECISIONS = [name for name in get_args(Precision) if name != "fp8-mixed"]  # every recipe Setup declares but fp8
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 base_setups = st.fixed_dictionaries(

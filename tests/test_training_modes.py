@@ -7,23 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from small_models import LLAMA_14M
 
 import trainmem
 from trainmem.errors import one_line
 from trainmem.setup import Setup
 from trainmem.training import Training, modes
-
-LLAMA_14M = {
-    "model_type": "llama",
-    "vocab_size": 32000,
-    "hidden_size": 192,
-    "intermediate_size": 512,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 6,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-}
 
 
 def small(**fields):

@@ -5,23 +5,13 @@ Each rule cites the DeepSpeed 0.19 code it follows and the corpus case that meas
 """
 
 import pytest
+from small_models import LLAMA_7M
 
 import trainmem
 from trainmem.parallel import deepspeed
 from trainmem.plan import Plan
 from trainmem.setup import Setup
 
-LLAMA_7M = {
-    "model_type": "llama",
-    "vocab_size": 8000,
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-    "tie_word_embeddings": False,
-}
 NUMEL = 6_998_272
 
 

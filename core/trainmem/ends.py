@@ -88,12 +88,8 @@ def trace_loss_head(
         from .encoder_decoder.ends import trace_seq2seq_loss_head
 
         return trace_seq2seq_loss_head(arch, shape, kernels, trainability, vocab_per_rank, parameter_grads_exist)
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = _program(arch, shape, kernels, trainability, tape)
+    tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
     tokens, h = shape.stream_tokens, shape.hidden
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
-    tape.release(x)
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
     bias = Sym(vocab_per_rank, kernels.weight_dtype, weight.requires_grad, "parameter") if arch.lm_head_bias else None
     logits = tape.linear(normed, weight, vocab_per_rank, bias)
@@ -133,12 +129,8 @@ def trace_chunked_loss_head(
     fp32 softmax and at once the gradients of the hidden states and of the head weight, so no
     full logits tensor ever exists. What it saves for backward is those two gradients.
     """
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = _program(arch, shape, kernels, trainability, tape)
+    tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
     tokens, h = shape.stream_tokens, shape.hidden
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
-    tape.release(x)
     head_trains = _head_trains(arch, trainability)
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, head_trains, "parameter")
     compute = kernels.autocast or kernels.weight_dtype
@@ -163,6 +155,32 @@ def _head_trains(arch: Architecture, trainability: Trainability) -> bool:
     return trainability.trains(names.embed_tokens if arch.tie_word_embeddings else names.lm_head)
 
 
+def _tape_through_final_norm(
+    arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability
+) -> tuple[Tape, Sym, Sym]:
+    """Every loss head's start: a tape, the last layer's output ``x`` (the head's input, requiring grad) and
+    the final norm's output; the forward code has dropped its reference to ``x``."""
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
+    program = _program(arch, shape, kernels, trainability, tape)
+    tokens, h = shape.stream_tokens, shape.hidden
+    x = tape.new(tokens * h, kernels.stream_dtype, True)
+    normed = program.norm(program.names.final_norm, x, tokens, h)
+    tape.release(x)
+    return tape, x, normed
+
+
+def _head_logits(
+    tape: Tape, arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability,
+    normed: Sym, vocab: int,
+) -> Sym:
+    """``lm_head(normed)`` with no bias over ``vocab`` columns (the full logits, in the compute dtype), after
+    which the forward code drops ``normed``."""
+    weight = Sym(vocab * shape.hidden, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
+    logits = tape.linear(normed, weight, vocab)
+    tape.release(normed)
+    return logits
+
+
 def _finish(tape: Tape, loss: Sym, parameter_grads_exist: bool, x: Sym) -> Trace:
     return replay(tape, [loss], tape.peak_live_bytes, loss.nbytes, False, parameter_grads_exist, x)
 
@@ -171,10 +189,5 @@ def trace_final_norm(arch: Architecture, shape: LayerShape, kernels: LayerKernel
     """The final norm alone, as the loss head runs it: what it saves, and its backward's high-water mark
     (the moment DeepSpeed ZeRO-1/2 allocate their reduce bucket is inside the head's backward, after
     ``lm_head``'s gradient and before the final norm's backward; see trainmem.parallel.deepspeed)."""
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = _program(arch, shape, kernels, trainability, tape)
-    tokens, h = shape.stream_tokens, shape.hidden
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
-    tape.release(x)
+    tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
     return replay(tape, [normed], tape.peak_live_bytes, normed.nbytes, False, False, x)

@@ -100,6 +100,10 @@ class Trainability:
 class LayerProgram:
     """Replays one decoder layer's forward pass on a tape."""
 
+    frees_temporaries_once_read = False
+    """True for a replay without autograd (``generate``, trainmem.inference.generation): a temporary no
+    node saves dies as soon as the next op has read it, not at the end of its expression."""
+
     def __init__(
         self, arch: Architecture, shape: LayerShape, kernels: LayerKernels, trainability: Trainability, tape: Tape
     ):
@@ -537,6 +541,8 @@ class LayerProgram:
         tanh = tape.unary_saving_result("tanh", scaled_inner)
         tape.release(scaled_inner)
         one_plus = tape.scale(tanh)
+        if self.frees_temporaries_once_read:
+            tape.release(tanh)
         out = tape.mul(half, one_plus)
         tape.release(half, one_plus, tanh)
         return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from .architecture import Architecture
 from .layers import LayerKernels, LayerShape, Trace, Trainability
-from .tape import Sym, Tape
+from .tape import Sym
 
 
 def _next_power_of_2(value: int) -> int:
@@ -47,14 +47,10 @@ def trace_liger_loss_head(
     parameter_grads_exist: bool = False,
 ) -> Trace:
     """Final norm, then ``LigerFusedLinearCrossEntropyFunction`` (see the module docstring)."""
-    from .ends import _finish, _head_trains, _program
+    from .ends import _finish, _head_trains, _tape_through_final_norm
 
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = _program(arch, shape, kernels, trainability, tape)
-    tokens, h = shape.stream_tokens, shape.hidden
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
-    tape.release(x)
+    tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
+    h = shape.hidden
     head_trains = _head_trains(arch, trainability)
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, head_trains, "parameter")
     rows = shape.tokens

@@ -6,6 +6,7 @@
 //
 // Files accumulate: a trainer file that names a ds_config.json reads once that file is added too.
 
+import { el } from "./dom.js";
 import { formatCount } from "./format.js";
 
 /** The core's limits (trainmem.files.MAX_FILE_BYTES, trainmem.inputs.MAX_FILES): refused here without reading. */
@@ -23,17 +24,6 @@ const KEPT_LABELS = {
   gradient_accumulation_steps: "the accumulation steps",
   precision: "the precision",
 };
-
-function el(doc, tag, attributes = {}, children = []) {
-  const node = doc.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (name === "text") node.textContent = value;
-    else node.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child) node.append(child);
-  return node;
-}
 
 /**
  * The text of a dropped or picked file, or a one-line error: too large, UTF-16, binary, not UTF-8.

@@ -3,6 +3,7 @@
 // Every input carries data-testid="input-<dotted path>". The form reads and writes a *full*
 // setup object; it validates nothing itself: the core's messages are shown next to fields.
 
+import { el } from "./dom.js";
 import { COUPLINGS, GROUPS, hintFor, isAdvanced, labelFor } from "./hints.js";
 import { branches, clone, getPath, isAtomic, isFreeForm, isPlainObject, parseJson, resolve, schemaAt, setPath } from "./setup.js";
 
@@ -11,17 +12,6 @@ const MODEL_MODES = {
   architecture: "Architecture, field by field…",
   num_parameters: "Parameter count only…",
 };
-
-function el(doc, tag, attributes = {}, children = []) {
-  const node = doc.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (name === "text") node.textContent = value;
-    else node.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child) node.append(child);
-  return node;
-}
 
 /** Choose an option, in a browser and in the server-side DOM of the build-time render alike. */
 function setSelectValue(select, value) {

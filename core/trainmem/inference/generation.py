@@ -461,27 +461,9 @@ def _caching_program(program: type) -> type:
             self.held_to_layer_end.append(probs)
             return out
 
-        def _activation(self, x: Sym) -> Sym:
-            """GPT-2's ``gelu_new``, ``0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x ** 3)))``, evaluated
-            left to right: ``0.5 * x`` first, then each temporary dies as the next op has read it."""
-            if self.arch.hidden_act not in ("gelu_new", "gelu_fast"):
-                return super()._activation(x)
-            tape = self.tape
-            half = tape.scale(x)
-            cubed = tape.unary_saving_input("pow", x)
-            scaled_cube = tape.scale(cubed)
-            tape.release(cubed)
-            inner = tape.add(x, scaled_cube)
-            tape.release(scaled_cube)
-            scaled_inner = tape.scale(inner)
-            tape.release(inner)
-            tanh = tape.unary_saving_result("tanh", scaled_inner)
-            tape.release(scaled_inner)
-            one_plus = tape.scale(tanh)
-            tape.release(tanh)
-            out = tape.mul(half, one_plus)
-            tape.release(half, one_plus)
-            return out
+        frees_temporaries_once_read = True
+        """GPT-2's ``gelu_new``, ``0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x ** 3)))``, is evaluated left
+        to right: ``0.5 * x`` first, then each temporary dies as the next op has read it (LayerProgram._activation)."""
 
         def norm(self, module: str, x: Sym, rows: int, width: int) -> Sym:
             out = super().norm(module, x, rows, width)

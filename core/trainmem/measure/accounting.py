@@ -24,7 +24,7 @@ pass rebuilds the set of live storages at the peak to name its largest tensors.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..report import CATEGORIES, Breakdown
 from .events import (
@@ -88,6 +88,10 @@ class Accounting:
     timeline: MeasuredTimeline
     peak_tensors: list[PeakTensor]
     peak_by_op: list[OpBytes]
+
+    def measurement_fields(self) -> dict[str, object]:
+        """These numbers as keyword arguments of :class:`~trainmem.measure.record.Measurement` (same names)."""
+        return {item.name: getattr(self, item.name) for item in fields(self)}
 
 
 def categorize(log: StepLog) -> tuple[list[str], list[str]]:

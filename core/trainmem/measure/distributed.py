@@ -35,11 +35,6 @@ would see it, and their bytes are recorded apart in ``host_parts``.
 from __future__ import annotations
 
 import gc
-import json
-import os
-import socket
-import tempfile
-from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..setup import Setup
@@ -104,49 +99,12 @@ def measure_distributed(
         from .frameworks import framework_name
 
         warmup_steps = 2 if framework_name(setup) == "ddp" else 1
-    import torch.multiprocessing as mp
+    from .ranks import spawn_ranks
 
-    world_size = setup.parallelism.num_gpus
-    with tempfile.TemporaryDirectory(prefix="trainmem-dist-") as folder:
-        arguments = (world_size, _free_port(), setup.model_dump_json(), seed, warmup_steps, case_id, description, folder)
-        mp.start_processes(_rank_main, args=arguments, nprocs=world_size, join=True, start_method="spawn")
-        return [
-            Measurement.model_validate_json((Path(folder) / f"rank{rank}.json").read_text(encoding="utf-8"))
-            for rank in range(world_size)
-        ]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _rank_main(
-    rank: int,
-    world_size: int,
-    port: int,
-    setup_json: str,
-    seed: int,
-    warmup_steps: int,
-    case_id: str,
-    description: str,
-    folder: str,
-) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        DS_ACCELERATOR="cpu",
+    return spawn_ranks(
+        _measure_rank, setup, seed=seed, warmup_steps=warmup_steps, case_id=case_id, description=description,
+        folder_prefix="trainmem-dist-", environment={"DS_ACCELERATOR": "cpu"},
     )
-    import torch
-
-    torch.set_num_threads(1)
-    setup = Setup.model_validate_json(setup_json)
-    measurement = _measure_rank(setup, rank, world_size, seed, warmup_steps, case_id, description)
-    (Path(folder) / f"rank{rank}.json").write_text(measurement.model_dump_json(), encoding="utf-8")
 
 
 def _measure_rank(
@@ -159,8 +117,8 @@ def _measure_rank(
     from .events import MARK
     from .frameworks import FRAMEWORKS, framework_name, model_building_context
     from .hf_model import base_model, build_model
-    from .record import Kernels
-    from .runner import _attention_that_ran, _environment, _quiet_libraries, default_case_id
+    from .ranks import rank_measurement
+    from .runner import _quiet_libraries, default_case_id
     from .step import AUTOCAST_DTYPES
     from .tracker import StorageTracker, tracking_storage_resizes
     from .transformers_compat import unpacked_batches
@@ -218,49 +176,23 @@ def _measure_rank(
     host_parts: dict[str, int] = {}
     for index, part in host.items():
         host_parts[part] = host_parts.get(part, 0) + tracker.storages[index].nbytes
-    accounting = account(log)
-    autocast_dtype = AUTOCAST_DTYPES.get(setup.precision)
-    kernels = Kernels(
-        attention=_attention_that_ran(setup, tracker),
-        attention_ops=sorted(op for op in tracker.op_counts if "scaled_dot_product" in op or op == "aten._safe_softmax"),
-        optimizer_class=framework.optimizer_class,
-        optimizer_kwargs=framework.optimizer_kwargs,
-        optimizer_implementation=framework.optimizer_implementation,
-        autocast_device="cpu" if autocast_dtype is not None else None,
-        autocast_dtype=str(autocast_dtype).removeprefix("torch.") if autocast_dtype is not None else None,
-        input_embeddings_require_grad=True,
-    )
-    data = setup.model_dump(mode="json")
-    data["attention"] = kernels.attention
-    data["optimizer"] = {"name": setup.optimizer.name, "implementation": kernels.optimizer_implementation}
-    data["runtime"] = {**data["runtime"], "device": "cpu"}
-    replayed = Setup.model_validate(data)
-    environment = _environment(torch.device("cpu"), False, seed, warmup_steps)
-    environment = environment.model_copy(update={"distributed_backend": "gloo", "frameworks": _framework_versions()})
-    base_id = case_id or f"{name}-{default_case_id(replayed, False)}-w{world_size}"
     dist.destroy_process_group()
-    return Measurement(
-        id=f"{base_id}-rank{rank}",
+    return rank_measurement(
+        setup,
+        rank,
+        world_size,
+        tracker=tracker,
+        accounting=account(log),
+        optimizer=(framework.optimizer_class, framework.optimizer_kwargs, framework.optimizer_implementation),
+        input_embeddings_require_grad=True,
+        seed=seed,
+        warmup_steps=warmup_steps,
+        frameworks=_framework_versions(),
+        case_id=case_id,
+        default_id=lambda replayed: f"{name}-{default_case_id(replayed, False)}-w{world_size}",
         description=description,
-        setup=replayed,
-        kernels=kernels,
-        environment=environment,
         num_parameters=num_parameters,
-        num_trainable_parameters=num_parameters,
-        peak_allocated_bytes=accounting.peak_allocated_bytes,
-        breakdown=accounting.breakdown,
-        parts=accounting.parts,
-        peak=accounting.peak,
-        phase_peaks=accounting.phase_peaks,
-        start_bytes=accounting.start_bytes,
-        end_bytes=accounting.end_bytes,
-        peak_tensors=accounting.peak_tensors,
-        peak_by_op=accounting.peak_by_op,
-        timeline=accounting.timeline,
-        untracked_input_bytes=tracker.untracked_input_bytes,
         notes=step.notes,
-        rank=rank,
-        world_size=world_size,
         framework=name,
         host_parts=dict(sorted(host_parts.items())),
     )

@@ -18,7 +18,6 @@ partitioned as its module's ``__init__`` returns. On this CPU machine both are t
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -35,23 +34,18 @@ def measure_model_load(setup: Union[Setup, dict[str, Any]], *, seed: int = 0) ->
         raise ValueError(f"parallelism.num_gpus: a local model-load measurement runs 1–4 ranks (got {world_size})")
     import torch.multiprocessing as mp
 
-    from .distributed import _free_port
+    from .ranks import free_port
 
     with tempfile.TemporaryDirectory(prefix="trainmem-load-") as folder:
-        arguments = (world_size, _free_port(), setup.model_dump_json(), seed, folder)
+        arguments = (world_size, free_port(), setup.model_dump_json(), seed, folder)
         mp.start_processes(_rank_main, args=arguments, nprocs=world_size, join=True, start_method="spawn")
         return [json.loads((Path(folder) / f"rank{rank}.json").read_text(encoding="utf-8")) for rank in range(world_size)]
 
 
 def _rank_main(rank: int, world_size: int, port: int, setup_json: str, seed: int, folder: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        DS_ACCELERATOR="cpu",
-    )
+    from .ranks import set_rank_environment
+
+    set_rank_environment(rank, world_size, port, DS_ACCELERATOR="cpu")
     import torch
     import torch.distributed as dist
 

@@ -20,9 +20,6 @@ PipelineStage's receive buffers are labelled ``overhead/pipeline receive buffers
 from __future__ import annotations
 
 import gc
-import os
-import tempfile
-from pathlib import Path
 from typing import Any, Optional
 
 from ..setup import Setup
@@ -49,31 +46,12 @@ def measure_pipeline(
     setup: Setup, *, seed: int = 0, warmup_steps: Optional[int] = None, case_id: str = "", description: str = ""
 ) -> list[Measurement]:
     check_pipeline(setup)
-    import torch.multiprocessing as mp
+    from .ranks import spawn_ranks
 
-    from .distributed import _free_port
-
-    world_size = setup.parallelism.num_gpus
-    warmup_steps = 1 if warmup_steps is None else warmup_steps
-    with tempfile.TemporaryDirectory(prefix="trainmem-pipe-") as folder:
-        arguments = (world_size, _free_port(), setup.model_dump_json(), seed, warmup_steps, case_id, description, folder)
-        mp.start_processes(_rank_main, args=arguments, nprocs=world_size, join=True, start_method="spawn")
-        return [
-            Measurement.model_validate_json((Path(folder) / f"rank{rank}.json").read_text(encoding="utf-8"))
-            for rank in range(world_size)
-        ]
-
-
-def _rank_main(rank, world_size, port, setup_json, seed, warmup_steps, case_id, description, folder) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size)
+    return spawn_ranks(
+        _measure_rank, setup, seed=seed, warmup_steps=1 if warmup_steps is None else warmup_steps, case_id=case_id,
+        description=description, folder_prefix="trainmem-pipe-", environment={},
     )
-    import torch
-
-    torch.set_num_threads(1)
-    setup = Setup.model_validate_json(setup_json)
-    measurement = _measure_rank(setup, rank, world_size, seed, warmup_steps, case_id, description)
-    (Path(folder) / f"rank{rank}.json").write_text(measurement.model_dump_json(), encoding="utf-8")
 
 
 def _stage_module(model: Any, first_layer: int, stop_layer: int, first: bool, last: bool) -> Any:
@@ -124,8 +102,8 @@ def _measure_rank(setup, rank, world_size, seed, warmup_steps, case_id, descript
     from .events import ROLE_GRADIENT, ROLE_INPUT, ROLE_OPTIMIZER_STATE, ROLE_PARAMETER
     from .hf_model import build_model
     from .optimizers import build_optimizer
-    from .record import Kernels
-    from .runner import _attention_that_ran, _environment, _quiet_libraries
+    from .ranks import rank_measurement
+    from .runner import _quiet_libraries
     from .tracker import StorageTracker, tracking_storage_resizes
 
     parallel = setup.parallelism
@@ -215,14 +193,11 @@ def _measure_rank(setup, rank, world_size, seed, warmup_steps, case_id, descript
                             _set_role(tracker, value, ROLE_OPTIMIZER_STATE)
                 _set_role(tracker, batch, ROLE_INPUT)
                 for stage in stages:
-                    for infos in stage.args_recv_info.values():
-                        for info in infos:
-                            if getattr(info, "buffer", None) is not None:
-                                _label_one(tracker, owned, "overhead", "pipeline receive buffers", info.buffer)
-                    for infos in getattr(stage, "grad_recv_info", {}).values():
-                        for info in infos:
-                            if getattr(info, "buffer", None) is not None:
-                                _label_one(tracker, owned, "overhead", "pipeline receive buffers", info.buffer)
+                    for received in (stage.args_recv_info, getattr(stage, "grad_recv_info", {})):
+                        for infos in received.values():
+                            for info in infos:
+                                if getattr(info, "buffer", None) is not None:
+                                    _label_one(tracker, owned, "overhead", "pipeline receive buffers", info.buffer)
 
             label()
             measuring["on"] = True
@@ -248,47 +223,23 @@ def _measure_rank(setup, rank, world_size, seed, warmup_steps, case_id, descript
             assigned=owned,
         )
     )
-    accounting = account(log)
-    kernels = Kernels(
-        attention=_attention_that_ran(setup, tracker),
-        attention_ops=sorted(op for op in tracker.op_counts if "scaled_dot_product" in op or op == "aten._safe_softmax"),
-        optimizer_class=built.qualified_class,
-        optimizer_kwargs=built.kwargs,
-        optimizer_implementation=built.implementation,
-        autocast_device=None,
-        autocast_dtype=None,
-        input_embeddings_require_grad=False,
-    )
-    data = setup.model_dump(mode="json")
-    data["attention"] = kernels.attention
-    data["optimizer"] = {"name": setup.optimizer.name, "implementation": kernels.optimizer_implementation}
-    data["runtime"] = {**data["runtime"], "device": "cpu"}
-    replayed = Setup.model_validate(data)
-    environment = _environment(torch.device("cpu"), False, seed, warmup_steps)
-    environment = environment.model_copy(update={"distributed_backend": "gloo", "frameworks": {}})
     dist.destroy_process_group()
-    return Measurement(
-        id=f"{case_id or _default_id(replayed, world_size)}-rank{rank}",
+    return rank_measurement(  # check_pipeline: fp32 or bf16-pure, so no autocast
+        setup,
+        rank,
+        world_size,
+        tracker=tracker,
+        accounting=account(log),
+        optimizer=(built.qualified_class, built.kwargs, built.implementation),
+        input_embeddings_require_grad=False,
+        seed=seed,
+        warmup_steps=warmup_steps,
+        frameworks={},
+        case_id=case_id,
+        default_id=lambda replayed: _default_id(replayed, world_size),
         description=description,
-        setup=replayed,
-        kernels=kernels,
-        environment=environment,
         num_parameters=num_parameters,
-        num_trainable_parameters=num_parameters,
-        peak_allocated_bytes=accounting.peak_allocated_bytes,
-        breakdown=accounting.breakdown,
-        parts=accounting.parts,
-        peak=accounting.peak,
-        phase_peaks=accounting.phase_peaks,
-        start_bytes=accounting.start_bytes,
-        end_bytes=accounting.end_bytes,
-        peak_tensors=accounting.peak_tensors,
-        peak_by_op=accounting.peak_by_op,
-        timeline=accounting.timeline,
-        untracked_input_bytes=tracker.untracked_input_bytes,
         notes=[f"torch.distributed.pipelining {parallel.pipeline_schedule}, stages {stage_indices} of {num_stages}"],
-        rank=rank,
-        world_size=world_size,
         framework="pipelining",
         host_parts={},
     )

@@ -37,8 +37,36 @@ if TYPE_CHECKING:
 #: BartConfig's defaults (those of bart-large).
 BART_DEFAULTS = dict(vocab_size=50265, d_model=1024, layers=12, heads=16, ffn=4096, max_position_embeddings=1024)
 
+#: The block layout BART and Whisper share: encoder-decoder layers with cross-attention, LayerNorm, a plain
+#: (fc1, activation, fc2) MLP, biases on the linears, learned positions.
+BART_LAYOUT = dict(
+    cross_attention=True,
+    mlp="plain",
+    norm="layernorm",
+    attention_qkv_bias=True,
+    attention_output_bias=True,
+    mlp_bias=True,
+    position_embedding="learned",
+)
+
 #: Positions a BartLearnedPositionalEmbedding keeps besides max_position_embeddings (ids are offset by 2).
 POSITION_OFFSET = 2
+
+
+def read_shared_widths(fields: ConfigFields, defaults: dict) -> tuple[int, int]:
+    """(heads, ffn): the decoder's ``decoder_attention_heads`` and ``decoder_ffn_dim``, which the encoder's must
+    equal (one width per model is modelled), after refusing LayerDrop (``encoder_layerdrop`` /
+    ``decoder_layerdrop``: a random number of layers per step). BartConfig's and WhisperConfig's fields."""
+    heads = fields.integer("decoder_attention_heads", defaults["heads"])
+    ffn = fields.integer("decoder_ffn_dim", defaults["ffn"])
+    if fields.integer("encoder_attention_heads", defaults["heads"]) != heads:
+        raise fields.fail("encoder_attention_heads", "must equal decoder_attention_heads (different ones are not modelled yet)")
+    if fields.integer("encoder_ffn_dim", defaults["ffn"]) != ffn:
+        raise fields.fail("encoder_ffn_dim", "must equal decoder_ffn_dim (different ones are not modelled yet)")
+    for name in ("encoder_layerdrop", "decoder_layerdrop"):
+        if fields.probability(name, 0.0) > 0:
+            raise fields.fail(name, "LayerDrop (a random number of layers per step) is not modelled; set it to 0")
+    return heads, ffn
 
 
 def _names() -> T5Names:
@@ -85,15 +113,7 @@ class Bart(T5):
         hidden = fields.integer("d_model", d["d_model"], aliases=("hidden_size",))
         encoder_layers = fields.integer("encoder_layers", d["layers"], maximum=1024)
         decoder_layers = fields.integer("decoder_layers", d["layers"], maximum=1024)
-        heads = fields.integer("decoder_attention_heads", d["heads"])
-        ffn = fields.integer("decoder_ffn_dim", d["ffn"])
-        if fields.integer("encoder_attention_heads", d["heads"]) != heads:
-            raise fields.fail("encoder_attention_heads", "must equal decoder_attention_heads (different ones are not modelled yet)")
-        if fields.integer("encoder_ffn_dim", d["ffn"]) != ffn:
-            raise fields.fail("encoder_ffn_dim", "must equal decoder_ffn_dim (different ones are not modelled yet)")
-        for name in ("encoder_layerdrop", "decoder_layerdrop"):
-            if fields.probability(name, 0.0) > 0:
-                raise fields.fail(name, "LayerDrop (a random number of layers per step) is not modelled; set it to 0")
+        heads, ffn = read_shared_widths(fields, d)
         if not fields.boolean("tie_word_embeddings", True):
             # transformers 5 then unties every _tied_weights_keys entry: separate encoder and decoder tables
             # next to an unused shared one, a layout trainmem does not model.
@@ -106,16 +126,10 @@ class Bart(T5):
             hidden_size=hidden,
             num_hidden_layers=decoder_layers,
             encoder_layers=encoder_layers,
-            cross_attention=True,
+            **BART_LAYOUT,
             num_attention_heads=heads,
             intermediate_size=ffn,
-            mlp="plain",
             hidden_act=fields.string("activation_function", "gelu"),
-            norm="layernorm",
-            attention_qkv_bias=True,
-            attention_output_bias=True,
-            mlp_bias=True,
-            position_embedding="learned",
             max_position_embeddings=positions,
             max_target_positions=positions,
             tie_word_embeddings=True,
@@ -140,13 +154,22 @@ class Bart(T5):
 
     def block(self, arch: Architecture, names: T5Names, cross_attention: bool) -> list[ParameterTensor]:
         h, f = arch.hidden_size, arch.intermediate_size
-        tensors = blocks.attention(arch, names) + blocks.norm(names.input_norm, arch, h)
+        tensors = self._self_attention(arch, names) + blocks.norm(names.input_norm, arch, h)
         if cross_attention:
-            for module in (names.cross_q, names.cross_k, names.cross_v, names.cross_o):
-                tensors += blocks.linear(module, "attention", h, h, True)
+            tensors += self._cross_attention(names, h)
             tensors += blocks.norm(names.cross_norm, arch, h)
         tensors += blocks.linear(names.fc1, "mlp", h, f, True) + blocks.linear(names.fc2, "mlp", f, h, True)
         return tensors + blocks.norm(names.post_attention_norm, arch, h)
+
+    def _self_attention(self, arch: Architecture, names: T5Names) -> list[ParameterTensor]:
+        return blocks.attention(arch, names)
+
+    def _cross_attention(self, names: T5Names, h: int) -> list[ParameterTensor]:
+        """``encoder_attn``: q, k, v, out_proj, h×h with a bias each."""
+        tensors: list[ParameterTensor] = []
+        for module in (names.cross_q, names.cross_k, names.cross_v, names.cross_o):
+            tensors += blocks.linear(module, "attention", h, h, True)
+        return tensors
 
     def head(self, arch: Architecture) -> list[ParameterTensor]:
         if arch.tie_word_embeddings:

@@ -28,20 +28,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..architecture import Architecture
-from ..errors import FieldError
 from ..layers import LayerProgram
 from ..tape import Sym
 from . import blocks
-from .blocks import ModuleNames, ParameterTensor
+from .blocks import ParameterTensor
 from .family import DecoderFamily, common_decoder_fields
 from .fields import ConfigFields
 from .qwen3_next import (
-    CPU_KERNEL_NOTE,
+    GatedDeltaNetNames,
     Qwen3NextProgram,
-    gated_attention_tensors,
-    linear_attention_fields,
+    hybrid_attention_fields,
+    hybrid_layer_tensors,
     linear_dims,
-    partial_rotary_factor,
     read_layer_types,
 )
 
@@ -73,24 +71,16 @@ QWEN3_5_MOE_TEXT_DEFAULTS = dict(
 
 
 @dataclass(frozen=True)
-class SplitLinearAttentionNames(ModuleNames):
+class SplitLinearAttentionNames(GatedDeltaNetNames):
     """Qwen3.5's module paths: the Qwen2-MoE names plus its Gated DeltaNet's four input projections."""
 
     in_proj_qkv: str = "linear_attn.in_proj_qkv"
     in_proj_z: str = "linear_attn.in_proj_z"
     in_proj_b: str = "linear_attn.in_proj_b"
     in_proj_a: str = "linear_attn.in_proj_a"
-    conv1d: str = "linear_attn.conv1d"
-    a_log: str = "linear_attn.A_log"
-    dt_bias: str = "linear_attn.dt_bias"
-    gated_norm: str = "linear_attn.norm"
-    out_proj: str = "linear_attn.out_proj"
 
-    def module_paths(self) -> tuple[str, ...]:
-        return super().module_paths() + (
-            self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a,
-            self.conv1d, self.a_log, self.dt_bias, self.gated_norm, self.out_proj,
-        )
+    def input_projections(self) -> tuple[str, ...]:
+        return (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)
 
 
 QWEN3_5_NAMES = SplitLinearAttentionNames()
@@ -141,33 +131,14 @@ class Qwen3_5Text(DecoderFamily):
         layer_types = read_layer_types(fields, common["num_hidden_layers"])
         bias = fields.boolean("attention_bias", False)
         common.update(self.moe_fields(fields))
-        return Architecture(
-            **common,
-            **linear_attention_fields(fields),
-            qk_norm=True,
-            attention_qkv_bias=bias,
-            attention_output_bias=bias,
-            attention_output_gate=True,
-            partial_rotary_factor=partial_rotary_factor(fields, 0.25),
-            linear_attention_layers=tuple(i for i, kind in enumerate(layer_types) if kind == "linear_attention"),
-            not_counted=(CPU_KERNEL_NOTE,) if "linear_attention" in layer_types else (),
-        )
+        return Architecture(**common, **hybrid_attention_fields(fields, layer_types, bias))
 
     def moe_fields(self, fields: ConfigFields) -> dict[str, object]:
         return {}
 
     # ------------------------------------------------------------------ inventory
     def layer(self, arch: Architecture) -> list[ParameterTensor]:
-        names = self.names
-        if arch.layer_linear_attention:
-            mixer = split_linear_attention_tensors(arch, names)
-        else:
-            mixer = gated_attention_tensors(arch, names)
-        if arch.is_moe:
-            mlp = blocks.moe_mlp(arch, names)
-        else:
-            mlp = blocks.dense_mlp(arch, names, names.mlp, arch.intermediate_size)
-        return mixer + mlp + blocks.layer_norms(arch, names)
+        return hybrid_layer_tensors(arch, self.names, split_linear_attention_tensors)
 
 
     def program(self) -> type[LayerProgram]:
@@ -206,16 +177,12 @@ def _without_intermediate_size(fields: ConfigFields) -> ConfigFields:
 class Qwen3_5Program(Qwen3NextProgram):
     """Qwen3.5's layer on the tape: Qwen3-Next's, with the split Gated DeltaNet projections."""
 
+    linear_attention_family = "qwen3_5"
+
     def linear_attention(self, x: Sym) -> Sym:
         """``Qwen3_5GatedDeltaNet.forward`` without a cache (training)."""
         shape, tape, names = self.shape, self.tape, self.names
-        if shape.stream_tokens != shape.tokens:
-            raise FieldError("parallelism.sequence_parallel", "is not modelled for qwen3_5 yet")
-        if shape.heads != self.arch.num_attention_heads:
-            raise FieldError(
-                "parallelism.tensor_parallel_size",
-                "tensor parallelism of qwen3_5's Gated DeltaNet layers is not modelled yet; use 1",
-            )
+        self._refuse_split_linear_attention()
         hk, hv, dk, dv, kernel = linear_dims(self.arch)
         h, tokens = shape.hidden, shape.tokens
         key_dim, value_dim = hk * dk, hv * dv
@@ -224,16 +191,7 @@ class Qwen3_5Program(Qwen3NextProgram):
         z = self.linear(names.in_proj_z, x, h, value_dim, False)
         beta_in = self.linear(names.in_proj_b, x, h, hv, False)
         a = self.linear(names.in_proj_a, x, h, hv, False)
-        fused = self.kernels.device == "cuda"
-        activated = (self._fused_causal_conv1d if fused else self._causal_conv1d)(mixed, conv_dim, kernel)
-        tape.release(mixed)
-        q, k, v = tape.split(activated, [tokens * key_dim, tokens * key_dim, tokens * value_dim])
-        beta = tape.unary_saving_result("sigmoid", beta_in)
-        tape.release(beta_in)
-        decay = self._decay(a, hv)
-        tape.release(a)
-        core = (self._fused_chunk_gated_delta_rule if fused else self._chunk_gated_delta_rule)(q, k, v, decay, beta)
-        tape.release(activated, decay, beta)
+        core = self._conv_and_delta_rule(mixed, beta_in, a)
         normed = self._gated_norm(core, z, tokens * hv, dv)  # z.reshape(-1, head_v_dim): a view
         tape.release(core, z)
         out = self.linear(names.out_proj, normed, value_dim, h, False)

@@ -36,6 +36,7 @@ for ``mlp_only_layers`` / ``decoder_sparse_step``, a dense SwiGLU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..architecture import Architecture
 from ..errors import FieldError
@@ -71,21 +72,34 @@ CPU_KERNEL_NOTE = (
 
 
 @dataclass(frozen=True)
-class LinearAttentionNames(ModuleNames):
-    """Qwen3-Next's module paths: the Qwen2-MoE names plus the Gated DeltaNet's."""
+class GatedDeltaNetNames(ModuleNames):
+    """The Qwen2-MoE names plus the Gated DeltaNet's that Qwen3-Next and Qwen3.5 share; their input
+    projections differ (:meth:`input_projections`, listed first)."""
 
-    in_proj_qkvz: str = "linear_attn.in_proj_qkvz"
-    in_proj_ba: str = "linear_attn.in_proj_ba"
     conv1d: str = "linear_attn.conv1d"
     a_log: str = "linear_attn.A_log"
     dt_bias: str = "linear_attn.dt_bias"
     gated_norm: str = "linear_attn.norm"
     out_proj: str = "linear_attn.out_proj"
 
+    def input_projections(self) -> tuple[str, ...]:
+        return ()
+
     def module_paths(self) -> tuple[str, ...]:
-        return super().module_paths() + (
-            self.in_proj_qkvz, self.in_proj_ba, self.conv1d, self.a_log, self.dt_bias, self.gated_norm, self.out_proj,
+        return super().module_paths() + self.input_projections() + (
+            self.conv1d, self.a_log, self.dt_bias, self.gated_norm, self.out_proj,
         )
+
+
+@dataclass(frozen=True)
+class LinearAttentionNames(GatedDeltaNetNames):
+    """Qwen3-Next's module paths: the Gated DeltaNet's fused ``in_proj_qkvz`` and ``in_proj_ba``."""
+
+    in_proj_qkvz: str = "linear_attn.in_proj_qkvz"
+    in_proj_ba: str = "linear_attn.in_proj_ba"
+
+    def input_projections(self) -> tuple[str, ...]:
+        return (self.in_proj_qkvz, self.in_proj_ba)
 
 
 QWEN3_NEXT_NAMES = LinearAttentionNames()
@@ -136,6 +150,22 @@ def linear_attention_fields(fields: ConfigFields) -> dict[str, object]:
     )
 
 
+def hybrid_attention_fields(fields: ConfigFields, layer_types: list[str], bias: bool) -> dict[str, object]:
+    """What Qwen3-Next and Qwen3.5 read alike: the Gated DeltaNet's sizes (:func:`linear_attention_fields`),
+    gated full attention with per-head q/k norms and partial RoPE (default factor 0.25), ``bias`` on the
+    q/k/v/o projections (``attention_bias``), which layers are linear, and the CPU kernel note when any is."""
+    return dict(
+        **linear_attention_fields(fields),
+        qk_norm=True,
+        attention_qkv_bias=bias,
+        attention_output_bias=bias,
+        attention_output_gate=True,
+        partial_rotary_factor=partial_rotary_factor(fields, 0.25),
+        linear_attention_layers=tuple(i for i, kind in enumerate(layer_types) if kind == "linear_attention"),
+        not_counted=(CPU_KERNEL_NOTE,) if "linear_attention" in layer_types else (),
+    )
+
+
 class Qwen3Next(DecoderFamily):
     model_type = "qwen3_next"
     names = QWEN3_NEXT_NAMES
@@ -167,31 +197,27 @@ class Qwen3Next(DecoderFamily):
                 common["intermediate_size"] = dense_width
         else:
             moe = {}
-        return Architecture(
-            **common,
-            **moe,
-            **linear_attention_fields(fields),
-            qk_norm=True,
-            attention_qkv_bias=bias,
-            attention_output_bias=bias,
-            attention_output_gate=True,
-            partial_rotary_factor=partial_rotary_factor(fields, 0.25),
-            linear_attention_layers=tuple(i for i, kind in enumerate(layer_types) if kind == "linear_attention"),
-            not_counted=(CPU_KERNEL_NOTE,) if "linear_attention" in layer_types else (),
-        )
+        return Architecture(**common, **moe, **hybrid_attention_fields(fields, layer_types, bias))
 
     # ------------------------------------------------------------------ inventory
     def layer(self, arch: Architecture) -> list[ParameterTensor]:
-        names = self.names
-        mixer = linear_attention_tensors(arch, names) if arch.layer_linear_attention else gated_attention_tensors(arch, names)
-        if arch.is_moe:
-            mlp = blocks.moe_mlp(arch, names)
-        else:
-            mlp = blocks.dense_mlp(arch, names, names.mlp, arch.intermediate_size)
-        return mixer + mlp + blocks.layer_norms(arch, names)
+        return hybrid_layer_tensors(arch, self.names, linear_attention_tensors)
 
     def program(self) -> type[LayerProgram]:
         return Qwen3NextProgram
+
+
+def hybrid_layer_tensors(
+    arch: Architecture, names: ModuleNames, linear_tensors: Callable[[Architecture, Any], list[ParameterTensor]]
+) -> list[ParameterTensor]:
+    """One hybrid layer's parameters in module order: the mixer (``linear_tensors`` on a linear-attention
+    layer, :func:`gated_attention_tensors` otherwise), the MLP (MoE or dense), the two norms."""
+    mixer = linear_tensors(arch, names) if arch.layer_linear_attention else gated_attention_tensors(arch, names)
+    if arch.is_moe:
+        mlp = blocks.moe_mlp(arch, names)
+    else:
+        mlp = blocks.dense_mlp(arch, names, names.mlp, arch.intermediate_size)
+    return mixer + mlp + blocks.layer_norms(arch, names)
 
 
 def gated_attention_tensors(arch: Architecture, names: ModuleNames) -> list[ParameterTensor]:
@@ -275,16 +301,13 @@ class Qwen3NextProgram(GemmaProgram):
         return projected
 
     # ------------------------------------------------------------------ Gated DeltaNet
+    linear_attention_family = "qwen3_next"
+    """The model type that errors about the Gated DeltaNet layers name."""
+
     def linear_attention(self, x: Sym) -> Sym:
         """``Qwen3NextGatedDeltaNet.forward`` without a cache (training)."""
         shape, tape, names = self.shape, self.tape, self.names
-        if shape.stream_tokens != shape.tokens:
-            raise FieldError("parallelism.sequence_parallel", "is not modelled for qwen3_next yet")
-        if shape.heads != self.arch.num_attention_heads:
-            raise FieldError(
-                "parallelism.tensor_parallel_size",
-                "tensor parallelism of qwen3_next's Gated DeltaNet layers is not modelled yet; use 1",
-            )
+        self._refuse_split_linear_attention()
         hk, hv, dk, dv, kernel = linear_dims(self.arch)
         b, s, h, tokens = shape.batch, shape.seq, shape.hidden, shape.tokens
         key_dim, value_dim = hk * dk, hv * dv
@@ -301,6 +324,36 @@ class Qwen3NextProgram(GemmaProgram):
         tape.record("cat", [], [q, k, v], [mixed])  # torch.cat((query, key, value), dim=-1)
         if hk > 1:
             tape.release(q, k, v)
+        core = self._conv_and_delta_rule(mixed, beta_in, a)
+        if hk > 1:
+            z_rows = tape.copy(z)  # z.reshape(-1, head_v_dim) of a strided slice: a copy
+        else:
+            z_rows = z
+        normed = self._gated_norm(core, z_rows, tokens * hv, dv)
+        tape.release(core, z_rows, qkvz)
+        out = self.linear(names.out_proj, normed, value_dim, h, False)
+        tape.release(normed)
+        return out
+
+    def _refuse_split_linear_attention(self) -> None:
+        """Sequence and tensor parallelism of the Gated DeltaNet layers are not modelled: one FieldError."""
+        shape, family = self.shape, self.linear_attention_family
+        if shape.stream_tokens != shape.tokens:
+            raise FieldError("parallelism.sequence_parallel", f"is not modelled for {family} yet")
+        if shape.heads != self.arch.num_attention_heads:
+            raise FieldError(
+                "parallelism.tensor_parallel_size",
+                f"tensor parallelism of {family}'s Gated DeltaNet layers is not modelled yet; use 1",
+            )
+
+    def _conv_and_delta_rule(self, mixed: Sym, beta_in: Sym, a: Sym) -> Sym:
+        """From the concatenated q, k, v (``mixed``, freed) and the b, a projections (freed) to the gated
+        delta rule's output: the causal conv1d and SiLU, ``beta = sigmoid(b)``, the decay ``g``, the chunked
+        rule (the fused kernels on CUDA). Shared by ``Qwen3NextGatedDeltaNet`` and ``Qwen3_5GatedDeltaNet``."""
+        tape, tokens = self.tape, self.shape.tokens
+        hk, hv, dk, dv, kernel = linear_dims(self.arch)
+        key_dim, value_dim = hk * dk, hv * dv
+        conv_dim = 2 * key_dim + value_dim
         fused = self.kernels.device == "cuda"
         activated = (self._fused_causal_conv1d if fused else self._causal_conv1d)(mixed, conv_dim, kernel)
         tape.release(mixed)
@@ -311,15 +364,7 @@ class Qwen3NextProgram(GemmaProgram):
         tape.release(a)
         core = (self._fused_chunk_gated_delta_rule if fused else self._chunk_gated_delta_rule)(q, k, v, decay, beta)
         tape.release(activated, decay, beta)
-        if hk > 1:
-            z_rows = tape.copy(z)  # z.reshape(-1, head_v_dim) of a strided slice: a copy
-        else:
-            z_rows = z
-        normed = self._gated_norm(core, z_rows, tokens * hv, dv)
-        tape.release(core, z_rows, qkvz)
-        out = self.linear(names.out_proj, normed, value_dim, h, False)
-        tape.release(normed)
-        return out
+        return core
 
     def _causal_conv1d(self, mixed: Sym, conv_dim: int, kernel: int) -> Sym:
         """``causal_conv1d_fn``: ``F.conv1d(x.to(weight.dtype), padding=kernel − 1, groups=conv_dim)[..., :s]``,

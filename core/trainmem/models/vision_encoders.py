@@ -82,19 +82,7 @@ VIT_NAMES = VisionEncoderNames(
     o_proj="attention.o_proj",
     mlp="mlp",
 )
-DINOV2_NAMES = VisionEncoderNames(
-    embed_tokens="embeddings.patch_embeddings.projection",
-    embed_positions="embeddings.position_embeddings",
-    final_norm="layernorm",
-    lm_head="classifier",
-    input_norm="norm1",
-    post_attention_norm="norm2",
-    q_proj="attention.q_proj",
-    k_proj="attention.k_proj",
-    v_proj="attention.v_proj",
-    o_proj="attention.o_proj",
-    mlp="mlp",
-)
+DINOV2_NAMES = replace(VIT_NAMES, input_norm="norm1", post_attention_norm="norm2")
 CLIP_NAMES = VisionEncoderNames(
     embed_tokens="vision_model.embeddings.patch_embedding",
     embed_positions="vision_model.embeddings.position_embedding",
@@ -156,12 +144,20 @@ class VisionEncoderFamily(DecoderFamily):
         ]
 
     def layer(self, arch: Architecture) -> list[ParameterTensor]:
+        return self._pre_ln_layer(arch, layer_scale=False)
+
+    def _pre_ln_layer(self, arch: Architecture, layer_scale: bool) -> list[ParameterTensor]:
+        """norm, attention, [LayerScale ``lambda1``], norm, MLP, [LayerScale ``lambda1``] (DINOv2's with ``layer_scale``)."""
         names, h, i = self.names, arch.hidden_size, arch.intermediate_size
+        scale1 = [ParameterTensor(f"{names.layer_scale1}.lambda1", "attention", (h,))] if layer_scale else []
+        scale2 = [ParameterTensor(f"{names.layer_scale2}.lambda1", "mlp", (h,))] if layer_scale else []
         return (
             blocks.norm(names.input_norm, arch, h)
             + blocks.attention(arch, names)
+            + scale1
             + blocks.norm(names.post_attention_norm, arch, h)
             + blocks.dense_mlp(arch, names, names.mlp, i)
+            + scale2
         )
 
     def head(self, arch: Architecture) -> list[ParameterTensor]:
@@ -225,6 +221,17 @@ def _num_labels(fields: ConfigFields) -> int:
     return len(id2label) if id2label else 2
 
 
+def _vit_attention_fields(fields: ConfigFields) -> dict[str, Any]:
+    """ViTConfig's and Dinov2Config's ``qkv_bias`` and dropouts (``attention_probs_dropout_prob`` on the
+    attention probabilities, ``hidden_dropout_prob`` after the embeddings and each sub-block)."""
+    return dict(
+        attention_qkv_bias=fields.boolean("qkv_bias", True),
+        attention_dropout=fields.probability("attention_probs_dropout_prob", 0.0),
+        residual_dropout=fields.probability("hidden_dropout_prob", 0.0),
+        embedding_dropout=fields.probability("hidden_dropout_prob", 0.0),
+    )
+
+
 # ---------------------------------------------------------------------------- ViT
 
 VIT_DEFAULTS = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
@@ -244,10 +251,7 @@ class Vit(VisionEncoderFamily):
                          act=fields.string("hidden_act", "gelu"))
         return Architecture(
             **common,
-            attention_qkv_bias=fields.boolean("qkv_bias", True),
-            attention_dropout=fields.probability("attention_probs_dropout_prob", 0.0),
-            residual_dropout=fields.probability("hidden_dropout_prob", 0.0),
-            embedding_dropout=fields.probability("hidden_dropout_prob", 0.0),
+            **_vit_attention_fields(fields),
             max_position_embeddings=(image // patch) ** 2 + 1,
             image_size=image, patch_size=patch, num_channels=channels, class_tokens=1,
         )
@@ -275,17 +279,7 @@ class Dinov2(VisionEncoderFamily):
         return tensors
 
     def layer(self, arch: Architecture) -> list[ParameterTensor]:
-        names, h, i = self.names, arch.hidden_size, arch.intermediate_size
-        scale = [ParameterTensor(f"{names.layer_scale1}.lambda1", "attention", (h,))]
-        scale2 = [ParameterTensor(f"{names.layer_scale2}.lambda1", "mlp", (h,))]
-        return (
-            blocks.norm(names.input_norm, arch, h)
-            + blocks.attention(arch, names)
-            + scale
-            + blocks.norm(names.post_attention_norm, arch, h)
-            + blocks.dense_mlp(arch, names, names.mlp, i)
-            + scale2
-        )
+        return self._pre_ln_layer(arch, layer_scale=True)
 
     def head(self, arch: Architecture) -> list[ParameterTensor]:
         return blocks.norm(self.names.final_norm, arch, arch.hidden_size) + self.classifier(arch, 2 * arch.hidden_size)
@@ -308,10 +302,7 @@ class Dinov2(VisionEncoderFamily):
         crop = min(DINOV2_PROCESSOR_CROP_PX, image) // patch * patch
         return Architecture(
             **common,
-            attention_qkv_bias=fields.boolean("qkv_bias", True),
-            attention_dropout=fields.probability("attention_probs_dropout_prob", 0.0),
-            residual_dropout=fields.probability("hidden_dropout_prob", 0.0),
-            embedding_dropout=fields.probability("hidden_dropout_prob", 0.0),
+            **_vit_attention_fields(fields),
             max_position_embeddings=(image // patch) ** 2 + 1,
             image_size=crop if crop >= patch else image, patch_size=patch, num_channels=channels, class_tokens=1,
             layer_scale=True,

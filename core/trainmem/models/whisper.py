@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Optional
 from ..architecture import Architecture
 from . import blocks
 from .blocks import ParameterTensor
-from .bart import BART_NAMES, Bart
+from .bart import BART_LAYOUT, BART_NAMES, Bart, read_shared_widths
 from .fields import ConfigFields
 from .t5 import T5Names
 
@@ -81,15 +81,7 @@ class Whisper(Bart):
     # ------------------------------------------------------------------ config
     def read_config(self, fields: ConfigFields) -> Architecture:
         d = WHISPER_DEFAULTS
-        heads = fields.integer("decoder_attention_heads", d["heads"])
-        ffn = fields.integer("decoder_ffn_dim", d["ffn"])
-        if fields.integer("encoder_attention_heads", d["heads"]) != heads:
-            raise fields.fail("encoder_attention_heads", "must equal decoder_attention_heads (different ones are not modelled yet)")
-        if fields.integer("encoder_ffn_dim", d["ffn"]) != ffn:
-            raise fields.fail("encoder_ffn_dim", "must equal decoder_ffn_dim (different ones are not modelled yet)")
-        for name in ("encoder_layerdrop", "decoder_layerdrop"):
-            if fields.probability(name, 0.0) > 0:
-                raise fields.fail(name, "LayerDrop (a random number of layers per step) is not modelled; set it to 0")
+        heads, ffn = read_shared_widths(fields, d)
         if fields.boolean("apply_spec_augment", False) and (
             fields.probability("mask_time_prob", 0.05) > 0 or fields.probability("mask_feature_prob", 0.0) > 0
         ):
@@ -104,16 +96,10 @@ class Whisper(Bart):
             hidden_size=fields.integer("d_model", d["d_model"], aliases=("hidden_size",)),
             num_hidden_layers=fields.integer("decoder_layers", d["layers"], maximum=1024),
             encoder_layers=fields.integer("encoder_layers", d["layers"], maximum=1024),
-            cross_attention=True,
+            **BART_LAYOUT,  # attention_qkv_bias: q_proj and v_proj; k_proj has none (the inventory's rule)
             num_attention_heads=heads,
             intermediate_size=ffn,
-            mlp="plain",
             hidden_act=fields.string("activation_function", "gelu"),
-            norm="layernorm",
-            attention_qkv_bias=True,  # q_proj and v_proj; k_proj has none (the inventory's rule)
-            attention_output_bias=True,
-            mlp_bias=True,
-            position_embedding="learned",
             max_position_embeddings=target_positions,
             max_target_positions=target_positions,
             tie_word_embeddings=fields.boolean("tie_word_embeddings", True),
@@ -133,15 +119,11 @@ class Whisper(Bart):
             ParameterTensor("model.decoder.embed_positions.weight", "embeddings", (arch.max_position_embeddings, h)),
         ]
 
-    def block(self, arch: Architecture, names: T5Names, cross_attention: bool) -> list[ParameterTensor]:
-        h, f = arch.hidden_size, arch.intermediate_size
-        tensors = self._attention(names.q_proj, names.k_proj, names.v_proj, names.o_proj, h)
-        tensors += blocks.norm(names.input_norm, arch, h)
-        if cross_attention:
-            tensors += self._attention(names.cross_q, names.cross_k, names.cross_v, names.cross_o, h)
-            tensors += blocks.norm(names.cross_norm, arch, h)
-        tensors += blocks.linear(names.fc1, "mlp", h, f, True) + blocks.linear(names.fc2, "mlp", f, h, True)
-        return tensors + blocks.norm(names.post_attention_norm, arch, h)
+    def _self_attention(self, arch: Architecture, names: T5Names) -> list[ParameterTensor]:
+        return self._attention(names.q_proj, names.k_proj, names.v_proj, names.o_proj, arch.hidden_size)
+
+    def _cross_attention(self, names: T5Names, h: int) -> list[ParameterTensor]:
+        return self._attention(names.cross_q, names.cross_k, names.cross_v, names.cross_o, h)
 
     @staticmethod
     def _attention(q: str, k: str, v: str, o: str, h: int) -> list[ParameterTensor]:

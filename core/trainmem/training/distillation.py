@@ -33,18 +33,12 @@ def trace_gkd_head(
     parameter_grads_exist: bool = False,
 ) -> Trace:
     """The student's final norm and lm_head, the teacher's logits (made by the teacher forward), the JSD."""
-    from ..ends import _finish, _head_trains, _program
+    from ..ends import _finish, _head_logits, _tape_through_final_norm
 
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = _program(arch, shape, kernels, trainability, tape)
-    tokens, h = shape.stream_tokens, shape.hidden
+    tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
+    tokens = shape.stream_tokens
     n = shape.batch * (shape.seq - 1) * vocab
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
-    tape.release(x)
-    weight = Sym(vocab * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
-    logits = tape.linear(normed, weight, vocab)
-    tape.release(normed)
+    logits = _head_logits(tape, arch, shape, kernels, trainability, normed, vocab)
     teacher = tape.new(tokens * vocab, logits.dtype, False)
     student = tape.scale(logits.view(n))  # / temperature
     scaled_teacher = tape.new(n, logits.dtype, False)
@@ -122,25 +116,12 @@ def teacher_weight_bytes(plan: "Plan") -> int:
 def teacher_forward_bytes(plan: "Plan") -> int:
     """The teacher forward under no_grad, with the student's logits alive: the teacher's inputs_embeds and
     one layer's no-grad working memory, or at its end its final norm output and its logits."""
-    from dataclasses import replace
-
-    from ..layers import trace_layer
-    from ..simulate import _cached, _kernels, _rotary_bytes, _shape
+    from ..simulate import _rotary_bytes
+    from .phases import no_grad_layers
 
     teacher = teacher_plan(plan)
     arch = teacher.architecture
-    shape = _shape(teacher)
-    kernels = replace(_kernels(teacher, selective=False), lora_rank=0)
-    frozen = Trainability(lambda module: False, lambda module: False)
-    stream = shape.stream_tokens * arch.hidden_size * DTYPE_BYTES[teacher.precision.stream_dtype]
-    layers = 0
-    for _, group, _ in teacher.stage_layer_groups(teacher.stages[0]):
-        kind_shape = _shape(teacher, group.architecture)
-        trace = _cached(
-            ("no_grad", group.architecture, kind_shape, kernels),
-            lambda a=group.architecture, sh=kind_shape: trace_layer(a, sh, kernels, frozen, False, False),
-        )
-        layers = max(layers, stream + trace.forward_peak_bytes)
+    shape, kernels, stream, layers = no_grad_layers(teacher)
     compute = kernels.autocast or kernels.weight_dtype
     logits = shape.stream_tokens * arch.vocab_size * DTYPE_BYTES[compute]
     head = stream + logits

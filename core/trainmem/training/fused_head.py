@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from ..architecture import Architecture
 from ..layers import LayerKernels, LayerShape, Trace, Trainability
-from ..tape import DTYPE_BYTES, Sym, Tape
+from ..tape import DTYPE_BYTES, Sym
 
 TOKEN_CHUNK_SIZE = 4096
 """trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE: tokens per projection tile."""
@@ -137,15 +137,11 @@ def trace_fused_head(
     scored_fraction: float = 1.0,
 ) -> Trace:
     """The final norm and ``ChunkedLogProbFunction`` of the policy, forward and backward."""
-    from ..ends import _finish, _head_trains, _program
+    from ..ends import _finish, _head_trains, _tape_through_final_norm
 
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = _program(arch, shape, kernels, trainability, tape)
-    tokens, h = shape.stream_tokens, shape.hidden
+    tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
+    h = shape.hidden
     sizes = head_shape(arch, shape, kernels, vocab, scored_fraction)
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
-    tape.release(x)
     n = sizes.scored_tokens
     if sizes.triton:
         hidden = tape.gather(normed, n * h, n)  # hidden_states[mask]
@@ -203,14 +199,10 @@ def trace_score_head(
     """A reward model's head (``LlamaForSequenceClassification``, ``num_labels=1``, TRL RewardTrainer):
     the final norm, ``score`` (hidden → 1) over every position, the logit of each row's last token
     gathered (``logits[arange(rows), last_non_pad_token]``), then ``-logsigmoid(chosen − rejected)``."""
-    from ..ends import _finish, _program
+    from ..ends import _finish, _tape_through_final_norm
 
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = _program(arch, shape, kernels, trainability, tape)
-    tokens, h = shape.stream_tokens, shape.hidden
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
-    tape.release(x)
+    tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
+    h = shape.hidden
     weight = Sym(h, kernels.weight_dtype, True, "parameter")  # score is trained (a new head)
     logits = tape.linear(normed, weight, 1)
     tape.release(normed)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..architecture import Architecture
 from ..layers import LayerKernels, LayerShape, Trace, Trainability
-from ..tape import DTYPE_BYTES, Sym, Tape
+from ..tape import DTYPE_BYTES, Tape
 
 ODDS_RATIO_MODES = ("orpo", "cpo", "simpo")
 
@@ -39,19 +39,12 @@ def trace_odds_ratio_head(
     parameter_grads_exist: bool = False,
 ) -> Trace:
     """The final norm, ``lm_head``, the chosen half's NLL and ``selective_log_softmax`` over every row."""
-    from ..ends import _finish, _head_trains, _program
+    from ..ends import _finish, _head_logits, _tape_through_final_norm
 
-    tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    program = _program(arch, shape, kernels, trainability, tape)
-    tokens, h = shape.stream_tokens, shape.hidden
+    tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
     rows, seq = shape.batch, shape.seq
     chosen = rows // 2
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
-    tape.release(x)
-    weight = Sym(vocab * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
-    logits = tape.linear(normed, weight, vocab)
-    tape.release(normed)
+    logits = _head_logits(tape, arch, shape, kernels, trainability, normed, vocab)
     element = DTYPE_BYTES[logits.dtype]
     # 1. the chosen half's NLL: a contiguous copy of logits[:b, :-1]; its backward widens the gradient to
     #    (b, s, V) (the inner slice) before summing it into the logits' gradient.

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from ..tape import DTYPE_BYTES
 
 if TYPE_CHECKING:
+    from ..layers import LayerKernels, LayerShape
     from ..plan import Plan, Stage
     from ..setup import Setup
     from ..timeline import MemoryAccount
@@ -217,10 +218,6 @@ def reference_forward_bytes(plan: "Plan") -> int:
     Alive during it: the reference's ``inputs_embeds`` (referenced by the model's forward until it returns)
     and the rotary tables; then, layer after layer, the current hidden state and one layer's no-grad
     working memory; at the end the fused head's forward (``log_probs`` only)."""
-    from ..layers import Trainability, trace_layer
-    from ..simulate import _cached, _kernels, _rotary_bytes, _shape
-    from .fused_head import reference_head_forward_bytes
-
     training = plan.setup.training
     if not (training.has_reference(_peft(plan)) or old_policy_pass(plan)):
         return 0
@@ -230,9 +227,22 @@ def reference_forward_bytes(plan: "Plan") -> int:
 def no_grad_forward_bytes(plan: "Plan", outputs: tuple[str, ...] = ("log_probs",)) -> int:
     """High-water bytes of one forward of the step's batch under no_grad with the fused head asked for
     ``outputs`` (the reference's log-probs; KTO's KL pass of the policy): see :func:`reference_forward_bytes`."""
-    from ..layers import Trainability, trace_layer
-    from ..simulate import _cached, _kernels, _rotary_bytes, _shape
+    from ..simulate import _rotary_bytes
     from .fused_head import reference_head_forward_bytes
+
+    arch = plan.architecture
+    shape, kernels, stream, layers = no_grad_layers(plan)
+    vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
+    head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan), outputs)
+    return stream + _rotary_bytes(plan) + max(layers, head)
+
+
+def no_grad_layers(plan: "Plan") -> tuple["LayerShape", "LayerKernels", int, int]:
+    """The layers of ``plan``'s first stage run under no_grad (nothing trains, no LoRA): its shape and kernels,
+    the bytes of one hidden state, and the high-water bytes of the heaviest layer with that hidden state
+    alive (each layer kind traced once, ``trace_layer`` with a frozen trainability)."""
+    from ..layers import Trainability, trace_layer
+    from ..simulate import _cached, _kernels, _shape
 
     arch = plan.architecture
     shape = _shape(plan)
@@ -247,9 +257,7 @@ def no_grad_forward_bytes(plan: "Plan", outputs: tuple[str, ...] = ("log_probs",
             lambda a=group.architecture, sh=kind_shape: trace_layer(a, sh, kernels, frozen, False, False),
         )
         layers = max(layers, stream + trace.forward_peak_bytes)
-    vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
-    head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan), outputs)
-    return stream + _rotary_bytes(plan) + max(layers, head)
+    return shape, kernels, stream, layers
 
 
 def record_reference_forward(plan: "Plan", account: "MemoryAccount", micro_batch: int, suffix: str) -> None:
