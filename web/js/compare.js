@@ -5,7 +5,7 @@
 // page shows exactly what `trainmem compare A.json B.json --json` prints; the browser tests
 // check one against the other. renderComparison() writes it into the page with DOM APIs only.
 
-import { el } from "./results.js";
+import { el } from "./dom.js";
 import { CATEGORIES, CATEGORY_LABELS, STATUS_LABELS, formatBytes } from "./format.js";
 
 function delta(a, b) {

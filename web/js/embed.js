@@ -6,7 +6,8 @@
 
 import { drawCapacity, followColorScheme } from "./charts.js";
 import { Engine } from "./engine.js";
-import { el, renderSummary, summarize } from "./results.js";
+import { el } from "./dom.js";
+import { renderSummary, summarize } from "./results.js";
 import { decodeSnapshot } from "./share.js";
 import { applyCouplings } from "./hints.js";
 import { decodeHash, deepEqual, encodeHash, flatten, minimalSetup, overlay, setPath } from "./setup.js";

@@ -4,18 +4,8 @@
 // setup's result into the HTML, and in the browser for every recompute. Chart canvases are
 // created once and kept; charts.js draws into them.
 
+import { el } from "./dom.js";
 import { CATEGORIES, CATEGORY_LABELS, STATUS_LABELS, formatBytes, formatCount, formatShare } from "./format.js";
-
-export function el(doc, tag, attributes = {}, children = []) {
-  const node = doc.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (name === "text") node.textContent = value;
-    else node.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child !== null && child !== undefined && child !== false) node.append(child);
-  return node;
-}
 
 /** A child section of the results, created on first use and kept afterwards. */
 function part(container, name, tag = "section", attributes = {}) {
