@@ -771,7 +771,9 @@ def _micro_batch(
     gradients_at_start = account.get("gradients", "gradients")
     if moments is not None and micro_batch > 1 and chunk_gradients:
         _set_chunk_gradients(account, moments, len(moments) - 1, chunk_gradients, gradients_at_start)
-    if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
+    # outputs already backwarded that a forward send work still holds (1F1B's warm-up send_work, GPipe's list)
+    sent = pipelining.sent_outputs_bytes(plan, stage) if micro_batch > 1 else 0
+    if in_flight > 1 or sent:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
         if pipelining.runs_torch_pipelining(plan):
             layers = pipelining.earlier_layers(plan, stage, in_flight)
         else:
@@ -780,6 +782,7 @@ def _micro_batch(
         held += pipelining.earlier_outputs_bytes(
             plan, stage, in_flight, traces.head.saved_activation_bytes if traces.head else 0, _rotary_bytes(plan)
         )
+        held += sent
         schedule = (
             f"interleaved 1F1B, {plan.parallel.pipeline_virtual_stages} virtual stages"
             if plan.parallel.pipeline_virtual_stages > 1 and stage.index == 0
