@@ -978,6 +978,7 @@ def _micro_batch(
 
     # ---- backward through the layers, last first
     current_chunk = len(moments) - 1 if moments is not None else 0
+    received_tops = pipelining.received_gradient_layers(plan, stage)
     for run_index in reversed(range(len(traces.runs))):
         first_index, count, kind = traces.runs[run_index]
         kind_traces = traces.kinds[kind]
@@ -997,6 +998,7 @@ def _micro_batch(
                 if micro_batch == 1:  # the chunk just left made its gradients in this pass
                     chunk_gradients[current_chunk] = account.get("gradients", "gradients") - gradients_at_start - sum(chunk_gradients.values())
                 current_chunk = pipelining.chunk_of(plan, stage, indices)
+                account.set("activations", "stage output held for backward", 0)  # the chunk above has returned
                 account.set(
                     "activations",
                     "earlier micro-batches in flight",
@@ -1019,6 +1021,8 @@ def _micro_batch(
                     ("parameters", "unsharded layers kept for backward"): -kept_by_kind.get(kind, 0),
                 },
             )
+            if received_tops.intersection(indices):  # its output, held by backward_one_chunk, is no gradient
+                account.set("activations", "stage output held for backward", stream, pipelining.HELD_OUTPUT_DETAIL)
     if gathered_any:
         account.set("parameters", "gathered weights", 0)
 
@@ -1076,6 +1080,7 @@ def _micro_batch(
         account.set("activations", "padding attention mask", 0)
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
+    account.set("activations", "stage output held for backward", 0)
     account.set("activations", "pipeline stage output", 0)
     account.set("parameters", copies_name, 0)
     account.set("parameters", "FSDP root unit (unsharded)", 0)

@@ -464,3 +464,30 @@ def sent_outputs_bytes(plan: "Plan", stage: "Stage") -> int:
     """:func:`sent_outputs_held` in bytes (hidden states of one micro-batch each)."""
     held = sent_outputs_held(plan, stage)
     return held * _stream_bytes(plan) if held else 0
+
+
+
+HELD_OUTPUT_DETAIL = (
+    "the chunk's output, which PipelineStage.backward_one_chunk holds (stage_output) while the layers below "
+    "its top one run backward (torch.distributed.pipelining stage.py)"
+)
+
+
+def received_gradient_layers(plan: "Plan", stage: "Stage") -> frozenset[int]:
+    """The top layer of each of the rank's chunks that gets its output gradient from the next stage (all but
+    the pipeline's last chunk, which holds the head).
+
+    ``PipelineStage.backward_one_chunk`` pops ``(stage_output, input_values)`` from ``fwd_cache`` and keeps
+    ``stage_output`` in ``bwd_kwargs`` through ``stage_backward`` (stage.py, _backward.py), so the chunk's output
+    stays alive for its whole backward. At the top layer it stands where the single-process step counts the
+    incoming gradient (which here is the receive buffer, counted apart); from the layer below on, the incoming
+    gradient is a new tensor (the residual add's out-of-place sum) and the output is one hidden state more.
+    Measured: pp-1f1b-llama-7m-fp32-mb4-w4 rank 0 peaks at the embedding backward of micro-batch 2."""
+    if not runs_torch_pipelining(plan) or stage.num_layers == 0:
+        return frozenset()
+    virtual = plan.parallel.pipeline_virtual_stages
+    chunk_layers = max(1, stage.num_layers // virtual)
+    tops = {stage.first_layer + (chunk + 1) * chunk_layers - 1 for chunk in range(virtual)}
+    if stage.has_head:
+        tops.discard(stage.stop_layer - 1)  # the pipeline's last chunk: its gradient comes from the loss
+    return frozenset(i for i in tops if stage.first_layer <= i < stage.stop_layer)
