@@ -668,6 +668,14 @@ def _gathered_weights(plan: Plan, layer: int) -> tuple[int, str]:
     return layer + prefetch, "this layer and the prefetch bucket (stage3_prefetch_bucket_size 5e7)"
 
 
+def _top_apart(indices: list[int], tops: frozenset[int]) -> list[list[int]]:
+    """Ascending layer ``indices`` with any of ``tops`` (the highest of a chunk) cut off into its own group, first."""
+    top = [i for i in indices if i in tops]
+    if not top or len(indices) == 1:
+        return [indices]
+    return [[top[-1]], [i for i in indices if i != top[-1]]]
+
+
 def _backward_moment(
     trace, saved: int, copies: int, stream: int, grads_exist: bool, recompute: bool, saved_name: str, copies_name: str
 ) -> dict:
@@ -991,6 +999,7 @@ def _micro_batch(
             pieces = [(kind_traces.layer, list(range(first_index + 1, first_index + count))), (kind_traces.first_layer, [first_index])]
         # interleaved 1F1B: cut where the rank's chunks end (one group per piece otherwise)
         pieces = [(trace, group) for trace, indices in pieces for group in pipelining.chunk_groups(plan, stage, indices)]
+        pieces = [(trace, group) for trace, indices in pieces for group in _top_apart(indices, received_tops)]
         for trace, indices in pieces:
             if not indices:
                 continue

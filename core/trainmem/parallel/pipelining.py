@@ -466,7 +466,6 @@ def sent_outputs_bytes(plan: "Plan", stage: "Stage") -> int:
     return held * _stream_bytes(plan) if held else 0
 
 
-
 HELD_OUTPUT_DETAIL = (
     "the chunk's output, which PipelineStage.backward_one_chunk holds (stage_output) while the layers below "
     "its top one run backward (torch.distributed.pipelining stage.py)"
