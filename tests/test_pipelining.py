@@ -222,3 +222,45 @@ def test_each_four_rank_interleaved_rank_has_the_gradients_of_the_chunks_that_ra
     for measurement in ranks:
         rank = report_for_rank(report, measurement)
         assert rank.breakdown.gradients == measurement.breakdown.gradients < measurement.num_parameters * 4
+
+
+def _plan(schedule, micro_batches, pipeline, virtual=1, layers=4):
+    from trainmem.plan import Plan
+    from trainmem.setup import Setup
+
+    return Plan(Setup.model_validate(setup(schedule, micro_batches, pipeline, virtual, layers)))
+
+
+@pytest.mark.parametrize(
+    ("schedule", "pipeline", "micro_batches", "index", "expected"),
+    [
+        ("1f1b", 2, 4, 0, 1),  # warm-up 2: micro-batch 1's send work outlives its backward until the 1B1F loop ends
+        ("1f1b", 4, 4, 2, 1),
+        ("1f1b", 4, 4, 1, 0),  # warm-up 3: the kept send (micro-batch 2) is backwarded only after the loop
+        ("1f1b", 4, 4, 0, 0),  # warm-up 4 = n: the loop ends at the first backward
+        ("1f1b", 2, 2, 0, 0),
+        ("gpipe", 2, 4, 0, 1),  # every forward send waits in fwd_sends_to_wait through the backward
+    ],
+)
+def test_outputs_held_by_forward_send_works_follow_torchs_schedules(schedule, pipeline, micro_batches, index, expected):
+    from trainmem.parallel.pipelining import sent_outputs_held
+    from trainmem.plan import Stage
+
+    plan = _plan(schedule, micro_batches, pipeline)
+    stage = Stage(index, 4 // pipeline, index == 0, False, 1)
+    assert sent_outputs_held(plan, stage) == expected
+    last = Stage(pipeline - 1, 4 // pipeline, False, True, 1)
+    assert sent_outputs_held(plan, last) == 0  # the last stage sends nothing forward
+
+
+def test_the_output_is_held_below_the_top_layer_of_each_chunk_that_receives_its_gradient():
+    from trainmem.parallel.pipelining import received_gradient_layers
+    from trainmem.plan import Stage
+
+    plan = _plan("1f1b", 4, 2)
+    assert received_gradient_layers(plan, Stage(0, 2, True, False, 2)) == {1}
+    assert received_gradient_layers(plan, Stage(1, 2, False, True, 1)) == set()
+    interleaved = _plan("interleaved_1f1b", 4, 2, virtual=2, layers=8)
+    assert received_gradient_layers(interleaved, Stage(0, 4, True, False, 5)) == {1, 3}
+    assert received_gradient_layers(interleaved, Stage(1, 4, False, True, 3)) == {5}  # not the head's chunk
+    assert received_gradient_layers(_plan(None, 4, 2), Stage(0, 2, True, False, 2)) == set()  # Megatron's path

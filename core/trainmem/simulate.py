@@ -670,6 +670,14 @@ def _gathered_weights(plan: Plan, layer: int) -> tuple[int, str]:
     return layer + prefetch, "this layer and the prefetch bucket (stage3_prefetch_bucket_size 5e7)"
 
 
+def _top_apart(indices: list[int], tops: frozenset[int]) -> list[list[int]]:
+    """Ascending layer ``indices`` with any of ``tops`` (the highest of a chunk) cut off into its own group, first."""
+    top = [i for i in indices if i in tops]
+    if not top or len(indices) == 1:
+        return [indices]
+    return [[top[-1]], [i for i in indices if i != top[-1]]]
+
+
 def _backward_moment(
     trace, saved: int, copies: int, stream: int, grads_exist: bool, recompute: bool, saved_name: str, copies_name: str
 ) -> dict:
@@ -773,7 +781,9 @@ def _micro_batch(
     gradients_at_start = account.get("gradients", "gradients")
     if moments is not None and micro_batch > 1 and chunk_gradients:
         _set_chunk_gradients(account, moments, len(moments) - 1, chunk_gradients, gradients_at_start)
-    if in_flight > 1:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
+    # outputs already backwarded that a forward send work still holds (1F1B's warm-up send_work, GPipe's list)
+    sent = pipelining.sent_outputs_bytes(plan, stage) if micro_batch > 1 else 0
+    if in_flight > 1 or sent:  # 1F1B warm-up: earlier micro-batches' activations wait for their backward
         if pipelining.runs_torch_pipelining(plan):
             layers = pipelining.earlier_layers(plan, stage, in_flight)
         else:
@@ -782,6 +792,7 @@ def _micro_batch(
         held += pipelining.earlier_outputs_bytes(
             plan, stage, in_flight, traces.head.saved_activation_bytes if traces.head else 0, _rotary_bytes(plan)
         )
+        held += sent
         schedule = (
             f"interleaved 1F1B, {plan.parallel.pipeline_virtual_stages} virtual stages"
             if plan.parallel.pipeline_virtual_stages > 1 and stage.index == 0
@@ -999,6 +1010,7 @@ def _micro_batch(
 
     # ---- backward through the layers, last first
     current_chunk = len(moments) - 1 if moments is not None else 0
+    received_tops = pipelining.received_gradient_layers(plan, stage)
     for run_index in reversed(range(len(traces.runs))):
         first_index, count, kind = traces.runs[run_index]
         kind_traces = traces.kinds[kind]
@@ -1011,6 +1023,7 @@ def _micro_batch(
             pieces = [(kind_traces.layer, list(range(first_index + 1, first_index + count))), (kind_traces.first_layer, [first_index])]
         # interleaved 1F1B: cut where the rank's chunks end (one group per piece otherwise)
         pieces = [(trace, group) for trace, indices in pieces for group in pipelining.chunk_groups(plan, stage, indices)]
+        pieces = [(trace, group) for trace, indices in pieces for group in _top_apart(indices, received_tops)]
         for trace, indices in pieces:
             if not indices:
                 continue
@@ -1018,6 +1031,7 @@ def _micro_batch(
                 if micro_batch == 1:  # the chunk just left made its gradients in this pass
                     chunk_gradients[current_chunk] = account.get("gradients", "gradients") - gradients_at_start - sum(chunk_gradients.values())
                 current_chunk = pipelining.chunk_of(plan, stage, indices)
+                account.set("activations", "stage output held for backward", 0)  # the chunk above has returned
                 account.set(
                     "activations",
                     "earlier micro-batches in flight",
@@ -1040,10 +1054,16 @@ def _micro_batch(
                     ("parameters", "unsharded layers kept for backward"): -kept_by_kind.get(kind, 0),
                 },
             )
+            if received_tops.intersection(indices):  # its output, held by backward_one_chunk, is no gradient
+                account.set("activations", "stage output held for backward", stream, pipelining.HELD_OUTPUT_DETAIL)
     if gathered_any:
         account.set("parameters", "gathered weights", 0)
 
     if embedding is not None:
+        # cos/sin are saved by the layers' rotary products only (the model's forward local is gone): freed
+        # with the first layer's saved tensors, before the embedding's backward (measured on a pipeline stage,
+        # pp-1f1b-llama-7m-fp32-mb4-w4 rank 0 peaks there; no single-process corpus case moves)
+        account.set("activations", "rotary cos/sin", 0)
         vision_step.backward(
             plan, account, micro_batch, suffix, _kernels(plan, False), grads_exist,
             lambda produced: _stored(plan, produced // plan.sharding.gradients, produced),
@@ -1097,6 +1117,7 @@ def _micro_batch(
         account.set("activations", "padding attention mask", 0)
     account.set("activations", "activation gradient", 0)
     account.set("activations", "earlier micro-batches in flight", 0)
+    account.set("activations", "stage output held for backward", 0)
     account.set("activations", "pipeline stage output", 0)
     account.set("parameters", copies_name, 0)
     account.set("parameters", "FSDP root unit (unsharded)", 0)

@@ -434,3 +434,59 @@ def chunk_held_bytes(plan: "Plan", stage: "Stage", chunk: int, moment: ChunkMome
     others = max(0, moment.in_flight - 1)
     kept = max(0, moment.in_flight - 1 - chunk) * (stage_kept_bytes // virtual) + others * (stream + rotary_bytes)
     return max(0, kept + (moment.sent - moment.received) * stream)
+
+
+def sent_outputs_held(plan: "Plan", stage: "Stage") -> int:
+    """Outputs of micro-batches already backwarded that a forward send work still holds at the backward of a
+    later micro-batch (one rank chunk per stage, 1F1B and GPipe; interleaved 1F1B counts its sends in
+    :func:`interleaved_chunk_moments`). The send tensor is a detached view of the output
+    (stage.py ``get_fwd_send_ops``), and a ``dist.Work`` keeps its tensors until it is dropped:
+
+    * GPipe (schedules.py ``ScheduleGPipe._step_microbatches``) keeps every forward send in
+      ``fwd_sends_to_wait`` through the whole backward loop: at micro-batch k's backward, k outputs (the
+      later pass stands for the second micro-batch, which holds the most: one);
+    * 1F1B (``Schedule1F1B._step_microbatches``) waits each warm-up send but keeps the last fired one,
+      micro-batch w − 2 of the w = min(n, p − stage) warm-up forwards, in ``send_work`` until the 1B1F loop
+      is over: it outlives its own backward when the loop runs backward k with w − 2 < k ≤ n − w.
+    The last stage sends nothing forward. Measured: the output of micro-batch 1 alive at micro-batch 2's
+    backward (pp-1f1b-llama-7m-fp32-mb4-w2 rank 0, tracker's peak tensors)."""
+    parallel = plan.parallel
+    if not runs_torch_pipelining(plan) or parallel.pipeline_virtual_stages > 1 or stage.has_head:
+        return 0
+    micro_batches = plan.setup.gradient_accumulation_steps
+    if parallel.pipeline_schedule == "gpipe":
+        return 1 if micro_batches > 1 else 0
+    warmup = min(micro_batches, parallel.pipeline_parallel_size - stage.index)
+    return 1 if warmup >= 2 and max(1, warmup - 1) <= micro_batches - warmup else 0
+
+
+def sent_outputs_bytes(plan: "Plan", stage: "Stage") -> int:
+    """:func:`sent_outputs_held` in bytes (hidden states of one micro-batch each)."""
+    held = sent_outputs_held(plan, stage)
+    return held * _stream_bytes(plan) if held else 0
+
+
+HELD_OUTPUT_DETAIL = (
+    "the chunk's output, which PipelineStage.backward_one_chunk holds (stage_output) while the layers below "
+    "its top one run backward (torch.distributed.pipelining stage.py)"
+)
+
+
+def received_gradient_layers(plan: "Plan", stage: "Stage") -> frozenset[int]:
+    """The top layer of each of the rank's chunks that gets its output gradient from the next stage (all but
+    the pipeline's last chunk, which holds the head).
+
+    ``PipelineStage.backward_one_chunk`` pops ``(stage_output, input_values)`` from ``fwd_cache`` and keeps
+    ``stage_output`` in ``bwd_kwargs`` through ``stage_backward`` (stage.py, _backward.py), so the chunk's output
+    stays alive for its whole backward. At the top layer it stands where the single-process step counts the
+    incoming gradient (which here is the receive buffer, counted apart); from the layer below on, the incoming
+    gradient is a new tensor (the residual add's out-of-place sum) and the output is one hidden state more.
+    Measured: pp-1f1b-llama-7m-fp32-mb4-w4 rank 0 peaks at the embedding backward of micro-batch 2."""
+    if not runs_torch_pipelining(plan) or stage.num_layers == 0:
+        return frozenset()
+    virtual = plan.parallel.pipeline_virtual_stages
+    chunk_layers = max(1, stage.num_layers // virtual)
+    tops = {stage.first_layer + (chunk + 1) * chunk_layers - 1 for chunk in range(virtual)}
+    if stage.has_head:
+        tops.discard(stage.stop_layer - 1)  # the pipeline's last chunk: its gradient comes from the loss
+    return frozenset(i for i in tops if stage.first_layer <= i < stage.stop_layer)
