@@ -833,10 +833,9 @@ def trace_layer(
     trainability: Trainability,
     input_requires_grad: bool,
     parameter_grads_exist: bool = False,
-    output_grad_held: bool = False,
 ) -> Trace:
-    """Replay one decoder layer forward and backward (``output_grad_held``: see ``Tape.output_grads_held``)."""
-    tape = Tape(device=kernels.device, autocast=kernels.autocast, output_grads_held=output_grad_held)
+    """Replay one decoder layer forward and backward."""
+    tape = Tape(device=kernels.device, autocast=kernels.autocast)
     x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_requires_grad)
     from .models import family_for
 

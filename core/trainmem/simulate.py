@@ -194,18 +194,16 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     kinds: dict[int, _LayerTraces] = {}
     for position, group, _ in plan.stage_layer_groups(stage):
         kind_arch, kind_shape = group.architecture, _shape(plan, group.architecture)
-        # A pipeline stage without the head starts its backward from a received gradient its schedule holds.
-        held = not stage.has_head
-        kind_key = (kind_arch, kind_shape, kernels, plan.trainability_key, grads_exist, held)
+        kind_key = (kind_arch, kind_shape, kernels, plan.trainability_key, grads_exist)
         layer = _cached(
             ("layer", kind_key, True),
-            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, True, grads_exist, held),
+            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, True, grads_exist),
         )
         first = layer
         if position == first_kind and not first_input_grad:
             first = _cached(
                 ("layer", kind_key, False),
-                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, False, grads_exist, held),
+                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, False, grads_exist),
             )
         no_grad = None
         if checkpointing == "full":

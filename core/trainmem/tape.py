@@ -138,11 +138,6 @@ class Tape:
     """Weight copies (autocast casts, dequantised weights) among ``peak_live_bytes`` at that moment."""
     _live_bytes: int = 0
     _weight_cache: dict[int, Sym] = field(default_factory=dict)
-    output_grads_held: bool = False
-    """The gradient that starts the backward is held outside the graph (a pipeline stage's gradient receive
-    buffer, torch.distributed.pipelining): the ``add`` that consumes it cannot hand it on, since the engine's
-    accumulation into a tensor still referenced elsewhere is out of place (torch/csrc/autograd/input_buffer.cpp
-    ``accumulate``); its inputs' gradients are new tensors. Measured: the pipelined llama stages."""
     events: list[tuple[str, int, int]] = field(default_factory=list)
     """The allocation log: ("alloc" | "free", storage id, bytes) in program order, for replaying the
     forward through a model of the CUDA caching allocator (``trainmem.cuda``)."""
@@ -537,7 +532,6 @@ class BackwardReplay:
         at_peak = (saved["activation"], saved["weight_copy"], grad_bytes, 0)
         events: list[tuple] = []
         transients = 0
-        held = {grad.uid for grad in output_grads} if tape.output_grads_held else set()
 
         def drop_gradient(uid: int) -> int:
             """The engine is done with a tensor's gradient: its storage is freed once nothing else holds it."""
@@ -574,7 +568,7 @@ class BackwardReplay:
                 elif tensor.uid in grads:
                     new_activation_grads += size  # a second consumer: summed into the existing gradient
                     summed.append(tensor)
-                elif _shares_output_gradient(node, tensor) and not any(out.uid in held for out in node.outputs):
+                elif _shares_output_gradient(node, tensor):
                     key = holder[node.outputs[0].uid]  # AddBackward0 hands on the same tensor; sum's is a view
                     grads[tensor.uid], holder[tensor.uid] = size, key
                     holders[key] += 1
