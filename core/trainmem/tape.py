@@ -650,7 +650,7 @@ def _shares_output_gradient(node: Node, tensor: Sym) -> bool:
         return False
     if node.grad_is_view:
         return True
-    if not (node.grad_passes_through or node.op == "add"):
+    if not node.grad_passes_through:
         return False
     out = node.outputs[0]
     return tensor.numel == out.numel and tensor.dtype == out.dtype
