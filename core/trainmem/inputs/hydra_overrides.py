@@ -16,7 +16,7 @@ from typing import Any
 
 _OVERRIDE = re.compile(r"(?:^|(?<=\s))\+{0,2}([A-Za-z_][\w\-]*(?:\.[\w\-]+)+)=(\"[^\"]*\"|'[^']*'|\S*)")
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*'|[^\s#]*)\s*(?:#.*)?$", re.MULTILINE)
-_VARIABLE = re.compile(r"\$\{([A-Za-z_]\w*)(?::?-([^}]*))?\}|\$([A-Za-z_]\w*)")
+_VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$([A-Za-z_]\w*)")
 MAX_OVERRIDES = 2000
 MAX_DEPTH = 12
 
