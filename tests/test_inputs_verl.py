@@ -179,3 +179,19 @@ def test_yaml_config_is_detected_by_actor_rollout_ref():
     setup, keys = inputs.read_texts({"c.yaml": "actor_rollout_ref: {model: {path: Qwen/Qwen2.5-0.5B-Instruct}, actor: {ppo_micro_batch_size_per_gpu: 2, ppo_mini_batch_size: 2}, rollout: {n: 4, name: vllm}}\ntrainer: {n_gpus_per_node: 1}\n"})
     assert setup.model.preset == "qwen2.5-0.5b"
     assert setup.gradient_accumulation_steps == 4 and setup.training.num_generations == 4
+
+
+def test_the_page_reads_both_kinds_as_whole_runs():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "web" / "py"))
+    import trainmem_web
+
+    recipe = (DATA.parent / "torchtune" / "llama3_2" / "1B_full_single_device.yaml").read_text()
+    script = (SCRIPTS / "run_qwen2-7b.sh").read_text().replace("Qwen/Qwen2-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct")
+    form = json.dumps({"model": {"preset": "gpt2"}, "gpu": "h100-sxm-80gb"})
+    for name, text, preset in (("1B.yaml", recipe, "llama-3.2-1b"), ("run.sh", script, "qwen2.5-7b")):
+        answer = json.loads(trainmem_web.read_files(json.dumps({name: text}), form))
+        assert answer["ok"] and answer["mode"] == "run", answer
+        assert answer["setup"]["model"] == {"preset": preset}
+        assert answer["setup"]["gpu"] == "h100-sxm-80gb"
