@@ -28,6 +28,23 @@ TOY_PHI3 = {  # a small Phi-3-shaped config.json standing in for Phi-4 14B (micr
     "max_position_embeddings": 4096,
 }
 
+TOY_QWEN3 = {  # a small qwen3 config.json standing in for Qwen3-8B (no preset)
+    "model_type": "qwen3",
+    "vocab_size": 32000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 4096,
+    "head_dim": 32,
+}
+WITH_CONFIG = {
+    "phi4/14B_lora_single_device.yaml": ("microsoft/phi-4", TOY_PHI3, ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
+    "qwen3/8B_lora_single_device.yaml": ("Qwen/Qwen3-8B", TOY_QWEN3, LLAMA_MLP),
+}
+"""Builders whose checkpoint has no preset: the read asks for its config.json, and reads it when given."""
+
 EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "llama3_1/8B_full.yaml": (
         {},
@@ -134,7 +151,7 @@ def field(setup: Any, path: str) -> Any:
 
 def test_every_real_file_is_covered_and_sourced():
     files = {str(p.relative_to(DATA)) for p in DATA.rglob("*.yaml")}
-    assert files == set(EXAMPLES) | {"phi4/14B_lora_single_device.yaml"}
+    assert files == set(EXAMPLES) | set(WITH_CONFIG)
     assert len(files) >= 12
     sources = (DATA.parent / "SOURCES.md").read_text()
     assert all(f"| torchtune/{name} | pytorch/torchtune | recipes/configs/{name} |" in sources for name in files)
@@ -158,17 +175,19 @@ def test_detected_by_its_components():
     assert detect_kind({"model": {"_component_": "mypkg.models.thing"}, "batch_size": 2}) != "torchtune"
 
 
-def test_builder_without_preset_asks_for_its_config(tmp_path, capsys):
-    name = DATA / "phi4/14B_lora_single_device.yaml"
-    code = main(["estimate", str(name)])
+@pytest.mark.parametrize("name", sorted(WITH_CONFIG))
+def test_builder_without_preset_asks_for_its_config(tmp_path, capsys, name):
+    hub_id, toy, targets = WITH_CONFIG[name]
+    code = main(["estimate", str(DATA / name)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
-    assert "model._component_" in err and "microsoft/phi-4" in err and "config.json" in err
+    assert "model._component_" in err and hub_id in err and "config.json" in err
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(TOY_PHI3))
-    setup, keys = inputs.read(name, config)
-    assert setup.model.hf_config["model_type"] == "phi3"
-    assert setup.finetuning.lora.target_modules == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+    config.write_text(json.dumps(toy))
+    setup, keys = inputs.read(DATA / name, config)
+    assert setup.model.hf_config["model_type"] == toy["model_type"]
+    assert setup.finetuning.lora.target_modules == targets
+    assert setup.finetuning.method == "lora" and setup.precision == "bf16-pure"
 
 
 def test_not_modelled_switches_say_what_was_assumed():
