@@ -67,6 +67,19 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "micro_batch_size": 40,
         },
     ),
+    "examples/ppo_trainer/run_gemma.sh": (
+        {},
+        {
+            "model.preset": "gemma-2-2b",
+            "micro_batch_size": 4,
+            "gradient_accumulation_steps": 16,  # 128 prompts × 1 / 2 GPUs / 4
+            "training.num_generations": 1,
+            "training.beta": 0.0,
+            "batch": "padded",
+            "training.vllm_gpu_memory_utilization": 0.4,
+            "sequence_length": 1536,
+        },
+    ),
     "verl/trainer/config/_generated_ppo_trainer.yaml": (
         {**QWEN, "micro_batch_size": 4},
         {"training.mode": "grpo", "training.beta": 0.0, "parallelism.num_gpus": 8, "sequence_length": 1024},
@@ -108,6 +121,10 @@ def test_what_does_not_map_is_named():
     entries = {e.key: e for e in keys.entries}
     assert entries["algorithm.adv_estimator"].status == "not modelled"
     assert "critic" in entries["algorithm.adv_estimator"].detail
+    _, keys = inputs.read(DATA / "examples/ppo_trainer/run_gemma.sh")
+    entries = {e.key: e for e in keys.entries}
+    assert entries["critic"].status == "not modelled"  # PPO (gae, verl's default): the value model is not counted
+    assert entries["algorithm.in_reward_kl"].status == "not modelled"
     _, keys = inputs.read(SCRIPTS / "run_qwen2-7b.sh", overrides=QWEN)
     entries = {e.key: e for e in keys.entries}
     assert entries["actor_rollout_ref.ref.fsdp_config.param_offload"].status == "not modelled"

@@ -515,6 +515,13 @@ def read_not_modelled(rec: Recorder) -> None:
             rec.neutral(key, "off" if raw is False else "the default")
         else:
             rec.unmodelled(key, assumption)
+    for key in (f"{ACTOR}.kl_loss", "algorithm.in_reward_kl"):
+        if isinstance(rec.get(key), dict) and not rec.seen(key):
+            rec.unmodelled(
+                key,
+                "an older verl's spelling of the KL settings, not read: the reference model follows "
+                "actor.use_kl_loss / algorithm.use_kl_in_reward",
+            )
     critic = "critic"
     if isinstance(rec.get(critic), dict) and not rec.seen(critic):
         if text(rec, "algorithm.adv_estimator", "gae") == "gae":
