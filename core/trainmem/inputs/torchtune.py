@@ -56,6 +56,11 @@ NOT_MODELLED = {
     "tensor_parallel_plan": "tensor parallelism: assumed none (give --tp)",
     "data_parallel_replicate_dim": "HSDP replicas: assumed one FSDP group over every GPU",
     "quantizer": "quantization-aware training fake-quantizes in the forward: assumed plain bf16 layers",
+    "teacher_model": "knowledge distillation's teacher (kd recipes): its weights and logits are not counted",
+    "kd_loss": "the distillation loss over teacher and student logits: not counted",
+    "policy_model": "torchtune's PPO recipe (policy, reference, reward and value models): not modelled; give the model with --preset",
+    "ref_policy_model": "PPO's reference policy: not counted",
+    "reward_and_value_model": "PPO's reward and value models: not counted",
 }
 
 
@@ -203,7 +208,7 @@ def read_batch(rec: Recorder) -> None:
 def read_precision(rec: Recorder) -> None:
     dtype = rec.get("dtype")
     if dtype is None:
-        rec.default("precision", "bf16-pure", "dtype", f"{TORCHTUNE_VERSION} configs (dtype: bf16)")
+        rec.default("precision", "fp32", "dtype", f"{TORCHTUNE_VERSION} training.get_dtype (no dtype: fp32)")
         return
     name = str(dtype).lower().removeprefix("torch.")
     precision = {"bf16": "bf16-pure", "bfloat16": "bf16-pure", "fp32": "fp32", "float32": "fp32"}.get(name)
