@@ -1,5 +1,6 @@
-// The trainer files a run already has — Axolotl, LLaMA-Factory, TRL / transformers, DeepSpeed and
-// Accelerate YAML or JSON, a PEFT adapter_config.json, a model config.json — dropped, picked or
+// The trainer files a run already has — Axolotl, LLaMA-Factory, TRL / transformers, torchtune, verl
+// (a config or a launch script), DeepSpeed and Accelerate YAML or JSON, a PEFT adapter_config.json,
+// a model config.json — dropped, picked or
 // pasted. The core reads them (trainmem.inputs.read_texts, through the bridge's read_files); this
 // module only gathers the texts, refuses what is not a text file before Python sees it, and shows
 // the core's key report: which keys were modelled, which are memory-neutral, which are not modelled.

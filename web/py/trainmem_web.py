@@ -205,7 +205,7 @@ def compare_markdown(a_json: str, b_json: str, a_label: str = "A", b_label: str 
 
 # ---------------------------------------------------------------------------- trainer files
 
-TRAINER_KINDS = ("trl", "axolotl", "llamafactory")
+TRAINER_KINDS = ("trl", "axolotl", "llamafactory", "torchtune", "verl")
 """Kinds of file that describe a whole run (with their framework's defaults); the others are pieces of one."""
 
 FORM_FIELDS_KEPT = ("gpu", "headroom_fraction")

@@ -26,7 +26,9 @@ from .model_config import read_model_config
 from .peft import read_peft
 from .record import InputError, InputFile, KeyEntry, KeyReport, Recorder
 from .sources import Document, FileSource, Source, TextSource
+from .torchtune import TORCHTUNE_VERSION, read_torchtune
 from .trl import framework_label, read_trl
+from .verl import VERL_VERSION, read_verl
 
 __all__ = ["KINDS", "InputError", "KeyEntry", "KeyReport", "read", "read_texts"]
 
@@ -38,6 +40,8 @@ READERS: dict[str, Callable[[Recorder], None]] = {
     "llamafactory": read_llamafactory,
     "peft": read_peft,
     "model": read_model_config,
+    "torchtune": read_torchtune,
+    "verl": read_verl,
 }
 MAX_FILES = 16
 """Files read in one go, named ones and linked ones together (a run has a handful)."""
@@ -149,4 +153,6 @@ def _framework(kind: str, data: dict) -> str:
         "llamafactory": LLAMAFACTORY_VERSION,
         "peft": "PEFT 0.21 LoraConfig",
         "model": "transformers 5.24 config.json",
+        "torchtune": f"{TORCHTUNE_VERSION} recipes",
+        "verl": f"{VERL_VERSION} main_ppo",
     }[kind]

@@ -4,6 +4,8 @@ Each rule looks for keys only that kind of file has; the first match wins, in th
 (LLaMA-Factory before TRL because LLaMA-Factory files also carry TrainingArguments):
 
 =============  ==================================================================================
+verl           verl's PPO/GRPO trainer config: ``actor_rollout_ref`` (YAML, or a script's ``key=value`` overrides)
+torchtune      a torchtune recipe config: a component (``model``, ``optimizer``, ...) whose ``_component_`` is torchtune's
 setup          a trainmem setup: a ``model`` and only Setup fields
 model          a Hugging Face config.json: ``model_type`` with ``hidden_size``/``n_embd``/...
 peft           PEFT adapter_config.json: ``peft_type``, or ``r`` with ``target_modules``
@@ -19,13 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
-KINDS = ("trl", "deepspeed", "accelerate", "axolotl", "llamafactory", "peft", "model", "setup")
+KINDS = ("trl", "deepspeed", "accelerate", "axolotl", "llamafactory", "peft", "model", "setup", "torchtune", "verl")
 KIND_ALIASES = {
     "hf": "trl",
     "transformers": "trl",
     "ds": "deepspeed",
     "llama-factory": "llamafactory",
     "config": "model",
+    "tune": "torchtune",
 }
 
 _MODEL_SHAPE_KEYS = ("hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "text_config")
@@ -60,6 +63,10 @@ def detect_kind(data: Any) -> str | None:
     keys = set(data)
     from ..setup import Setup
 
+    if isinstance(data.get("actor_rollout_ref"), dict):
+        return "verl"
+    if any(isinstance(v, dict) and str(v.get("_component_", "")).startswith("torchtune.") for v in data.values()):
+        return "torchtune"
     if "model" in keys and keys <= set(Setup.model_fields):
         return "setup"
     if "model_type" in keys and keys & set(_MODEL_SHAPE_KEYS):

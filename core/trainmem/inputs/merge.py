@@ -35,7 +35,7 @@ FLAGS = {
     "precision": "--precision",
     "sequence_length": "--seq-len",
 }
-KIND_ORDER = ("setup", "trl", "axolotl", "llamafactory", "deepspeed", "accelerate", "peft", "model")
+KIND_ORDER = ("setup", "trl", "axolotl", "llamafactory", "torchtune", "verl", "deepspeed", "accelerate", "peft", "model")
 
 
 def merge(
@@ -194,6 +194,8 @@ def _fill_autos(
                 source, value = "the setup file", base[auto.field]
             else:
                 flag = FLAGS.get(auto.field, "a flag")
+                if auto.reason:
+                    raise InputError(f"{auto.file}: {auto.key}: {auto.reason}; give {flag}")
                 raise InputError(
                     f'{auto.file}: {auto.key}: "auto" is filled from the trainer\'s arguments, and no file or flag '
                     f"gives {auto.field}; add the trainer file or give {flag}"
@@ -269,6 +271,7 @@ def _apply_rules(
                 f"parallelism.num_gpus = {values['parallelism.num_gpus']}: DeepSpeed's train_batch_size "
                 f"{total} / (micro-batch {micro} × accumulation {steps})"
             )
+    notes += _multi_gpu_strategy_rule(values, facts, overrides)
     if values.get("parallelism.strategy") == "ddp" and values.get("parallelism.zero_stage"):
         values["parallelism.strategy"] = "zero"
     if (
@@ -280,6 +283,23 @@ def _apply_rules(
     if values.get("parallelism.strategy") == "fsdp" and "parallelism.fsdp_sharding_strategy" not in values:
         values["parallelism.fsdp_sharding_strategy"] = "FULL_SHARD"
     return notes
+
+
+def _multi_gpu_strategy_rule(values: dict[str, Any], facts: dict[str, Any], overrides: dict[str, Any]) -> list[str]:
+    """A torchtune config does not say how many processes ``tune run --nproc_per_node N`` starts: with more than one
+    GPU (a flag or another file) and no strategy, its distributed recipes shard with FSDP2 (``fully_shard``)."""
+    strategy = facts.get("multi_gpu_strategy")
+    gpus = overrides.get("parallelism.num_gpus", values.get("parallelism.num_gpus", 1))
+    if not strategy or "parallelism.strategy" in values or "parallelism.strategy" in overrides:
+        return []
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus <= 1:
+        return []
+    values["parallelism.strategy"] = strategy
+    values.setdefault("parallelism.fsdp_version", 2)
+    return [
+        f"{facts['multi_gpu_strategy@file']}: {gpus} GPUs: torchtune's distributed recipes shard the model with FSDP2 "
+        "(fully_shard, reshard after forward): parallelism.strategy = fsdp"
+    ]
 
 
 def _report_unresolved_model(values: dict[str, Any], facts: dict[str, Any], base: dict, overrides: dict) -> None:

@@ -89,6 +89,8 @@ class Auto:
     field: str
     file: str
     key: str
+    reason: str = ""
+    """Why the file leaves the value open, when it is not a DeepSpeed "auto" (a verl key left null)."""
 
 
 @dataclass
@@ -156,9 +158,9 @@ class Recorder:
     def default(self, setup_field: str, value: Any, key: str, label: str) -> None:
         self.contributions.append(Contribution(setup_field, value, self.file, key, default=True, label=label))
 
-    def auto(self, key: str, setup_field: str) -> None:
+    def auto(self, key: str, setup_field: str, reason: str = "") -> None:
         self._seen.add(key)
-        self.autos.append(Auto(setup_field, self.file, key))
+        self.autos.append(Auto(setup_field, self.file, key, reason))
 
     def link(self, kind: str, key: str, reference: Any) -> None:
         self.links.append(Link(kind, reference, self.file, key))

@@ -36,10 +36,24 @@ class Document:
 
 
 def parse_text(name: str, text: str) -> Any:
-    """JSON for ``.json`` files (and text that starts with ``{``), YAML otherwise (YAML also reads JSON)."""
+    """JSON for ``.json`` files (and text that starts with ``{``), YAML otherwise (YAML also reads JSON);
+    a launch script's ``key=value`` overrides (``.sh``, or text YAML cannot read as a mapping) as their mapping
+    (:mod:`.hydra_overrides`)."""
+    from .hydra_overrides import looks_like_overrides, parse_overrides
+
+    if name.lower().endswith((".sh", ".bash")):
+        return parse_overrides(text, name)
     if name.lower().endswith(".json") or text.lstrip().startswith("{"):
         return parse_json_text(text, name)
-    return parse_yaml_text(text, name)
+    try:
+        data = parse_yaml_text(text, name)
+    except ValueError:
+        if looks_like_overrides(text):
+            return parse_overrides(text, name)
+        raise
+    if not isinstance(data, dict) and looks_like_overrides(text):
+        return parse_overrides(text, name)
+    return data
 
 
 class Source:
