@@ -126,3 +126,29 @@ def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
     buffers = sum(p.bytes for p in report_for_rank(report, measurement).parts if p.name == "pipeline receive buffers")
     assert buffers == measurement.parts["pipeline receive buffers"]  # one per micro-batch, as PipelineStage allocates
 
+
+
+ZERO_ON_DEVICE = [m for m in CORPUS if m.framework == "deepspeed" and not m.setup.parallelism.offload_optimizer]
+
+
+def _predicted_phase_high_water(rank, phase: str) -> int:
+    timeline = rank.timeline
+    totals = [
+        sum(getattr(timeline, category)[i] for category in ("parameters", "gradients", "optimizer_states", "activations", "overhead"))
+        for i, moment in enumerate(timeline.phases)
+        if moment == phase
+    ]
+    return max(totals)
+
+
+@pytest.mark.parametrize("measurement", ZERO_ON_DEVICE, ids=[m.id for m in ZERO_ON_DEVICE])
+def test_zero_optimizer_phase_matches_the_measured_update(measurement):
+    """The update's high-water mark, not just the step's peak: ZeRO-1/2 hold one fp32 gradient partition and no
+    other gradient through it, in an fp32 model too (``flat_grad_partition.to(fp32)`` is the flattened copy
+    itself), ZeRO-3 its sub-group's flattened fp32 gradient; BF16_Optimizer its full fp32 buffer and the bf16
+    ``.grad`` tensors. (Offload runs are left out: on a CPU-only machine the client optimizer's temporaries over
+    the host partition are measured as device memory.)"""
+    rank = report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement)
+    measured = measurement.phase_peaks["optimizer"]
+    predicted = _predicted_phase_high_water(rank, "optimizer")
+    assert abs(predicted - measured.bytes) <= 0.001 * measured.bytes, (predicted, measured)

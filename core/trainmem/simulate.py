@@ -1243,6 +1243,13 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
         extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
         if plan.parallel.strategy == "zero":  # ZeRO-3 casts one sub_group_size piece at a time
             extra[("overhead", "fp32 gradient partition")] = deepspeed.flat_partition_numel(plan, states.trainable_numel) * 4
+    zero_partition = deepspeed.update_gradient_partition_bytes(plan, states.trainable_numel)
+    if zero_partition:  # ZeRO-1/2: one fp32 gradient partition through the update, also for an fp32 model
+        extra[("overhead", "fp32 gradient partition")] = zero_partition
+    flatten = deepspeed.flatten_moment_parts(plan, states.trainable_numel)
+    if sum(flatten.values()) > sum(extra.values()):  # the flattening before the update is the step's high-water mark
+        extra = flatten
+        account.details[("overhead", "flattened gradient partition")] = deepspeed.FLATTEN_DETAIL
     account.details[("overhead", "optimizer step temporaries")] = states.step_detail
     if deepspeed.frees_gradients_before_update(plan):
         account.set("gradients", "gradients", 0)
