@@ -159,3 +159,13 @@ def test_megatron_distributed_optimizer_shards_only_main_params_and_states():
     )
     assert report.resolved.precision_recipe == "bf16-master-weights-fp32-grads"
     assert "ZeRO reduce bucket" not in {p.name for p in report.parts}
+
+
+def test_fsdp1_shards_a_unit_as_one_flat_parameter():
+    """FlatParamHandle.shard: the unit's tensors end to end, cut into equal chunks; a rank's view of a tensor is
+    its part of the chunk. The 7M Llama's root unit (embedding, final norm, head) on 2 ranks: each rank holds one
+    whole 8000 x 256 matrix and half the norm."""
+    from trainmem.parallel.fsdp import flat_shard_views
+
+    assert flat_shard_views([2_048_000, 256, 2_048_000], 2) == [[2_048_000, 128, 0], [0, 128, 2_048_000]]
+    assert flat_shard_views([5, 5], 3) == [[4, 0], [1, 3], [0, 2]]  # chunks of ceil(10 / 3) = 4, the last padded

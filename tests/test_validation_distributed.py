@@ -4,7 +4,7 @@
 runs on gloo (``scripts/build_distributed_corpus.py``: DDP, FSDP2, DTensor tensor
 parallelism, DeepSpeed ZeRO 1–3; torch.distributed.pipelining schedules, ``pp-*``, each rank
 compared with its stage's rank of the report). Reading it needs no torch. Cases whose framework rule is
-not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason (none today); every other
+not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason (FSDP1's CPU offload); every other
 case must meet the single-device corpus's targets (peak within 5%, median within 2%,
 categories holding more than 1% of the peak within 5%), and a listed case that starts to meet
 them fails the test so the list shrinks.
@@ -22,7 +22,15 @@ from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, MEDIAN_TARGET, compar
 
 CORPUS = load_corpus(default_corpus_path(distributed=True))
 
-NOT_YET_MODELLED: dict[str, str] = {}
+NOT_YET_MODELLED: dict[str, str] = {
+    "fsdp1-llama-7m-fp32-offload-w2": (
+        "device side (the host side is gated below, and the gradient shards kept on the device through the "
+        "backward, _saved_grad_shard, are modelled): on gloo the root unit's gradient shard and the prefetched "
+        "last layer's flat gradient already exist at the head's backward (9.6 MB at the peak, -12.8%), where "
+        "trainmem, as FSDP1 without offload measures, has none yet; not explained from FSDP1's source (the "
+        "CPU-only run takes CPUOffload's same-device path: flat_param.device is the compute device, no copies)"
+    ),
+}
 """Case id (without -rankN) -> what trainmem does not model yet."""
 
 
@@ -128,7 +136,9 @@ def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
 
 
 
-ZERO_ON_DEVICE = [m for m in CORPUS if m.framework == "deepspeed" and not m.setup.parallelism.offload_optimizer]
+UPDATES_ON_DEVICE = [
+    m for m in CORPUS if m.framework in ("deepspeed", "fsdp1") and not m.setup.parallelism.offload_optimizer
+]
 
 
 def _predicted_phase_high_water(rank, phase: str) -> int:
@@ -141,12 +151,13 @@ def _predicted_phase_high_water(rank, phase: str) -> int:
     return max(totals)
 
 
-@pytest.mark.parametrize("measurement", ZERO_ON_DEVICE, ids=[m.id for m in ZERO_ON_DEVICE])
-def test_zero_optimizer_phase_matches_the_measured_update(measurement):
+@pytest.mark.parametrize("measurement", UPDATES_ON_DEVICE, ids=[m.id for m in UPDATES_ON_DEVICE])
+def test_optimizer_phase_matches_the_measured_update(measurement):
     """The update's high-water mark, not just the step's peak: ZeRO-1/2 hold one fp32 gradient partition and no
     other gradient through it, in an fp32 model too (``flat_grad_partition.to(fp32)`` is the flattened copy
     itself), ZeRO-3 its sub-group's flattened fp32 gradient; BF16_Optimizer its full fp32 buffer and the bf16
-    ``.grad`` tensors. (Offload runs are left out: on a CPU-only machine the client optimizer's temporaries over
+    ``.grad`` tensors; FSDP1's for-loop AdamW temporaries follow each parameter's view of the rank's FlatParameter
+    chunk (a whole embedding on rank 0, not half of it). (Offload runs are left out: on a CPU-only machine the client optimizer's temporaries over
     the host partition are measured as device memory.)"""
     rank = report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement)
     measured = measurement.phase_peaks["optimizer"]
