@@ -481,18 +481,20 @@ def _flat_shard_temporaries(plan: Plan, trainable: list, state_dtype: str) -> St
     """The step's temporaries on FSDP1's heaviest rank: the parameters of a layer form one unit (the same views in
     every layer of that kind), everything outside the layers the root unit (trainmem.parallel.fsdp.flat_shard_views).
     Only the trainable tensors are laid out (a unit's frozen tensors would shift the chunk boundaries)."""
-    shards = plan.sharding.weights
+    shards = max(1, plan.sharding.weights)
     units: dict[object, list] = {}
     for s in trainable:
         units.setdefault(s.kind if s.layer_scope else "root", []).append(s)
+    ranks = fsdp.representative_ranks([[m.numel for m in members] for members in units.values()], shards)
+    view_of: dict[int, list[int]] = {}  # id(slice) -> its view's numel on each representative rank
+    for members in units.values():
+        per_rank = fsdp.flat_shard_views([m.numel for m in members], shards, ranks)
+        for position, s in enumerate(members):
+            view_of[id(s)] = [views[position] for views in per_rank]
+    distinct = {tuple(view_of[id(s)][index] for s in trainable) for index in range(len(ranks))}
     heaviest = StepTemporaries(0, "updates in place")
-    for rank in range(shards):
-        view_of = {}
-        for members in units.values():
-            for s, numel in zip(members, fsdp.flat_shard_views([m.numel for m in members], shards)[rank]):
-                view_of[id(s)] = numel
-        views = [TrainableTensor((view_of[id(s)],), s.count) for s in trainable]
-        views = [view for view in views if view.numel]
+    for rank_views in distinct:
+        views = [TrainableTensor((numel,), s.count) for s, numel in zip(trainable, rank_views) if numel]
         rank_temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, views, state_dtype, 1)
         heaviest = max(heaviest, rank_temporaries, key=lambda t: t.bytes)
     return heaviest

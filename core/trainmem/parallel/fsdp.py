@@ -130,18 +130,19 @@ def offloaded_gradient_parts(plan: "Plan", trainable_numel: int) -> list[tuple[s
     return [("gradient shard", shard, "sharded gradients on the CPU (CPUOffloadPolicy)")]
 
 
-def flat_shard_views(unit_numels: list[int], shards: int) -> list[list[int]]:
+def flat_shard_views(unit_numels: list[int], shards: int, ranks: "list[int] | None" = None) -> list[list[int]]:
     """FSDP1's sharding of one unit: the unit's parameters are flattened into one FlatParameter in registration
     order, padded to a multiple of the shard count and cut into equal chunks (``FlatParamHandle.shard``,
     ``_get_shard``, torch/distributed/fsdp/_flat_param.py); with ``use_orig_params=True`` each original parameter
     on rank r is the 1-D view of its elements inside chunk r (``_get_shard_metadata``, ``_use_sharded_views``),
-    empty where it lies outside. Returns, per rank, the element count of each parameter's view. Unlike FSDP2,
-    which shards every tensor on dim 0, a rank may hold a whole parameter (the 7M Llama's embedding on rank 0, its
-    head on rank 1). The per-parameter alignment padding of ``use_orig_params`` (16 bytes) is not counted."""
-    total = sum(unit_numels)
-    chunk = -(-total // shards) if shards > 0 else total
+    empty where it lies outside. Returns, for each of ``ranks`` (default: every rank), the element count of each
+    parameter's view. Unlike FSDP2, which shards every tensor on dim 0, a rank may hold a whole parameter (the 7M
+    Llama's embedding on rank 0, its head on rank 1). The per-parameter alignment padding of ``use_orig_params``
+    (16 bytes) is not counted."""
+    shards = max(1, shards)
+    chunk = max(1, -(-sum(unit_numels) // shards))
     views = []
-    for rank in range(max(1, shards)):
+    for rank in range(shards) if ranks is None else ranks:
         start, end = rank * chunk, (rank + 1) * chunk
         offset, rank_views = 0, []
         for numel in unit_numels:
@@ -149,6 +150,23 @@ def flat_shard_views(unit_numels: list[int], shards: int) -> list[list[int]]:
             offset += numel
         views.append(rank_views)
     return views
+
+
+def representative_ranks(units: list[list[int]], shards: int) -> list[int]:
+    """Ranks that between them show every distinct set of views (:func:`flat_shard_views`) across ``units``: a
+    chunk holding a tensor boundary of some unit, and the one after it; the ranks in between see the same views
+    as their neighbour. At most four per tensor, however many ranks shard the model."""
+    shards = max(1, shards)
+    ranks = {0}
+    for numels in units:
+        chunk = max(1, -(-sum(numels) // shards))
+        offset = 0
+        for numel in numels:
+            for edge in (offset, offset + numel):
+                rank = min(shards - 1, edge // chunk)
+                ranks.update((rank, min(shards - 1, rank + 1)))
+            offset += numel
+    return sorted(ranks)
 
 
 def steps_flat_shard_views(plan: "Plan") -> bool:
