@@ -11,8 +11,7 @@ resharding after forward, with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_d
 with activation checkpointing; DTensor tensor parallelism with and without
 ``SequenceParallel``; DeepSpeed 0.19 ZeRO 1, 2 and 3 in fp32 and bf16 (master weights), with
 optimizer offload and checkpointing; 4 ranks for FSDP2 and ZeRO-3; FSDP1 (FULL_SHARD, and
-HYBRID_SHARD on 4 ranks as 2 × 2, and with
-``CPUOffload(offload_params=True)``); FSDP2 with ``CPUOffloadPolicy`` (on a CPU-only machine its host-device
+HYBRID_SHARD on 4 ranks as 2 × 2); FSDP2 with ``CPUOffloadPolicy`` (on a CPU-only machine its host-device
 copies are no-ops, so the device side leaves out a GPU's transient copies of one unit's shard);
 DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_param``,
 ``grad_accum_dtype`` fp32 (also on one rank: DeepSpeed keeps its ZeRO optimizer's buffers there too) and
@@ -179,12 +178,6 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
     ),
     case("fsdp1-llama-7m-fp32-w2", "FSDP1 FULL_SHARD, fp32, use_orig_params", {"strategy": "fsdp", "fsdp_version": 1}),
     case(
-        "fsdp1-llama-7m-fp32-offload-w2",
-        "FSDP1 FULL_SHARD, fp32, CPUOffload(offload_params=True) (on the CPU its host-device copies are no-ops: the "
-        "device side as measured leaves out the GPU's copy of a unit's shard before its all-gather)",
-        {"strategy": "fsdp", "fsdp_version": 1, "offload_parameters": True, "offload_optimizer": True},
-    ),
-    case(
         "fsdp1-llama-7m-fp32-hsdp-w4",
         "FSDP1 HYBRID_SHARD (HSDP) on 4 ranks as 2 x 2, fp32",
         {"strategy": "fsdp", "fsdp_version": 1, "fsdp_sharding_strategy": "HYBRID_SHARD", "gpus_per_node": 2, "num_gpus": 4},
@@ -219,3 +212,16 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         for micro_batches in (4, 8)
     ],
 ]
+
+
+OUTSIDE_THE_CORPUS: list[dict[str, Any]] = [
+    case(
+        "fsdp1-llama-7m-fp32-offload-w2",
+        "FSDP1 FULL_SHARD, fp32, CPUOffload(offload_params=True) (on the CPU its host-device copies are no-ops: the "
+        "device side as measured leaves out the GPU's copy of a unit's shard before its all-gather)",
+        {"strategy": "fsdp", "fsdp_version": 1, "offload_parameters": True, "offload_optimizer": True},
+    ),
+]
+"""Measured with ``--only ID --output FILE``, not part of the corpus: the device side of FSDP1's CPU offload on a
+CPU-only machine is not a GPU's (tests/data/fsdp1_cpu_offload_measured.jsonl, its host side checked by
+tests/test_validation_distributed.py)."""

@@ -4,7 +4,7 @@
 runs on gloo (``scripts/build_distributed_corpus.py``: DDP, FSDP2, DTensor tensor
 parallelism, DeepSpeed ZeRO 1–3; torch.distributed.pipelining schedules, ``pp-*``, each rank
 compared with its stage's rank of the report). Reading it needs no torch. Cases whose framework rule is
-not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason (FSDP1's CPU offload); every other
+not modelled yet are listed in ``NOT_YET_MODELLED`` with the reason (none today); every other
 case must meet the single-device corpus's targets (peak within 5%, median within 2%,
 categories holding more than 1% of the peak within 5%), and a listed case that starts to meet
 them fails the test so the list shrinks.
@@ -14,6 +14,8 @@ DeepSpeed keeps in host memory (``Measurement.host_parts``, named from its sourc
 trainmem's per-rank offloaded bytes must match them.
 """
 
+from pathlib import Path
+
 import pytest
 
 import trainmem
@@ -22,15 +24,7 @@ from trainmem.validate import CATEGORY_TARGET, MAX_TARGET, MEDIAN_TARGET, compar
 
 CORPUS = load_corpus(default_corpus_path(distributed=True))
 
-NOT_YET_MODELLED: dict[str, str] = {
-    "fsdp1-llama-7m-fp32-offload-w2": (
-        "device side (the host side is gated below, and the gradient shards kept on the device through the "
-        "backward, _saved_grad_shard, are modelled): on gloo the root unit's gradient shard and the prefetched "
-        "last layer's flat gradient already exist at the head's backward (9.6 MB at the peak, -12.8%), where "
-        "trainmem, as FSDP1 without offload measures, has none yet; not explained from FSDP1's source (the "
-        "CPU-only run takes CPUOffload's same-device path: flat_param.device is the compute device, no copies)"
-    ),
-}
+NOT_YET_MODELLED: dict[str, str] = {}
 """Case id (without -rankN) -> what trainmem does not model yet."""
 
 
@@ -163,3 +157,41 @@ def test_optimizer_phase_matches_the_measured_update(measurement):
     measured = measurement.phase_peaks["optimizer"]
     predicted = _predicted_phase_high_water(rank, "optimizer")
     assert abs(predicted - measured.bytes) <= 0.001 * measured.bytes, (predicted, measured)
+
+
+FSDP1_OFFLOAD = load_corpus(Path(__file__).parent / "data" / "fsdp1_cpu_offload_measured.jsonl")
+"""``fsdp1-llama-7m-fp32-offload-w2`` (``CPUOffload(offload_params=True)`` on 2 gloo ranks), kept out of the
+distributed corpus: its device side is not what a GPU runs. On a CPU-only machine FSDP1 takes CPUOffload's
+same-device path (flat_param.device is the compute device, nothing is copied), and the root unit's gradient
+shard and the prefetched last layer's flat gradient already exist at the head's backward (9.6 MB at the peak,
+-12.8%), not yet explained from FSDP1's source. Its host side is checked here."""
+
+
+@pytest.mark.parametrize("measurement", FSDP1_OFFLOAD, ids=[m.id for m in FSDP1_OFFLOAD])
+def test_fsdp1_cpu_offload_host_side_is_what_fsdp1_keeps_on_the_host(measurement):
+    """_flat_param.py: each FlatParameter's ``_local_shard`` and ``_cpu_grad`` (pinned), and the optimizer's states
+    over them, are host memory: trainmem's offloaded parts, to the step counters."""
+    report = trainmem.estimate(measurement.setup, suggestions=False)
+    assert set(measurement.host_parts) == {
+        "parameters/fsdp1 _local_shard (CPUOffload)",
+        "gradients/fsdp1 _cpu_grad (CPUOffload)",
+        "optimizer_states/optimizer state",
+    }
+    assert abs(report.ranks[0].cpu_offload_bytes - sum(measurement.host_parts.values())) <= 0.001 * sum(
+        measurement.host_parts.values()
+    )
+
+
+@pytest.mark.parametrize("measurement", FSDP1_OFFLOAD, ids=[m.id for m in FSDP1_OFFLOAD])
+def test_fsdp1_cpu_offload_keeps_the_reduced_shards_on_the_device_through_the_backward(measurement):
+    """``_accumulate_sharded_grad`` keeps ``_saved_grad_shard`` until ``prepare_gradient_for_optim`` (end of the
+    backward): measured, the whole gradient shard is on the device at the last backward segment, and none at the
+    update; trainmem keeps the shards until the update, which reads the host ``_cpu_grad``."""
+    timeline = measurement.timeline
+    shard_bytes = measurement.num_trainable_parameters // measurement.world_size * 4
+    assert timeline.gradients[timeline.labels.index("backward embeddings")] == shard_bytes
+    assert timeline.gradients[timeline.labels.index("optimizer")] == 0
+    rank = trainmem.estimate(measurement.setup, suggestions=False).ranks[0]
+    predicted = rank.timeline
+    assert predicted.gradients[predicted.labels.index("layer 0 backward")] > 0
+    assert predicted.gradients[predicted.labels.index("optimizer step")] == 0
