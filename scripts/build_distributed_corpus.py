@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from distributed_cases import DISTRIBUTED_CASES  # noqa: E402
+from distributed_cases import DISTRIBUTED_CASES, OUTSIDE_THE_CORPUS  # noqa: E402
 
 
 DEFAULT_OUTPUT = ROOT / "core" / "trainmem" / "data" / "corpus_distributed.jsonl"
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the case ids")
     parser.add_argument("--one", metavar="ID", help=argparse.SUPPRESS)  # internal: measure one case, print its lines
     arguments = parser.parse_args(argv)
-    by_id = {case["id"]: case for case in DISTRIBUTED_CASES}
+    by_id = {case["id"]: case for case in DISTRIBUTED_CASES + OUTSIDE_THE_CORPUS}
     if arguments.list:
         print("\n".join(by_id))
         return 0
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         for measurement in measure_distributed(case["setup"], case_id=case["id"], description=case["description"]):
             print("MEASUREMENT " + dump_measurement(measurement))
         return 0
-    selected = arguments.only or list(by_id)
+    selected = arguments.only or [case["id"] for case in DISTRIBUTED_CASES]
     unknown = [case_id for case_id in selected if case_id not in by_id]
     if unknown:
         print(f"unknown case ids: {', '.join(unknown)}", file=sys.stderr)

@@ -212,3 +212,16 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         for micro_batches in (4, 8)
     ],
 ]
+
+
+OUTSIDE_THE_CORPUS: list[dict[str, Any]] = [
+    case(
+        "fsdp1-llama-7m-fp32-offload-w2",
+        "FSDP1 FULL_SHARD, fp32, CPUOffload(offload_params=True) (on the CPU its host-device copies are no-ops: the "
+        "device side as measured leaves out the GPU's copy of a unit's shard before its all-gather)",
+        {"strategy": "fsdp", "fsdp_version": 1, "offload_parameters": True, "offload_optimizer": True},
+    ),
+]
+"""Measured with ``--only ID --output FILE``, not part of the corpus: the device side of FSDP1's CPU offload on a
+CPU-only machine is not a GPU's (tests/data/fsdp1_cpu_offload_measured.jsonl, its host side checked by
+tests/test_validation_distributed.py)."""

@@ -159,3 +159,28 @@ def test_megatron_distributed_optimizer_shards_only_main_params_and_states():
     )
     assert report.resolved.precision_recipe == "bf16-master-weights-fp32-grads"
     assert "ZeRO reduce bucket" not in {p.name for p in report.parts}
+
+
+def test_fsdp1_shards_a_unit_as_one_flat_parameter():
+    """FlatParamHandle.shard: the unit's tensors end to end, cut into equal chunks; a rank's view of a tensor is
+    its part of the chunk. The 7M Llama's root unit (embedding, final norm, head) on 2 ranks: each rank holds one
+    whole 8000 x 256 matrix and half the norm."""
+    from trainmem.parallel.fsdp import flat_shard_views
+
+    assert flat_shard_views([2_048_000, 256, 2_048_000], 2) == [[2_048_000, 128, 0], [0, 128, 2_048_000]]
+    assert flat_shard_views([5, 5], 3) == [[4, 0], [1, 3], [0, 2]]  # chunks of ceil(10 / 3) = 4, the last padded
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 7, 64])
+def test_fsdp1_representative_ranks_show_every_distinct_set_of_views(shards):
+    """The optimizer's temporaries are taken over the representative ranks only (a 262,144-rank run would
+    otherwise lay out every rank); between them they hold every combination of views that any rank holds."""
+    from trainmem.parallel.fsdp import flat_shard_views, representative_ranks
+
+    units = [[2_048_000, 256, 2_048_000], [65_536, 32_768, 32_768, 65_536, 176_128, 176_128, 176_128, 256, 256]]
+
+    def combined(ranks):
+        per_unit = [flat_shard_views(numels, shards, ranks) for numels in units]
+        return {tuple(v for unit in per_unit for v in unit[i]) for i in range(len(ranks))}
+
+    assert combined(representative_ranks(units, shards)) == combined(list(range(shards)))

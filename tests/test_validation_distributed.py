@@ -14,6 +14,8 @@ DeepSpeed keeps in host memory (``Measurement.host_parts``, named from its sourc
 trainmem's per-rank offloaded bytes must match them.
 """
 
+from pathlib import Path
+
 import pytest
 
 import trainmem
@@ -126,3 +128,70 @@ def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
     buffers = sum(p.bytes for p in report_for_rank(report, measurement).parts if p.name == "pipeline receive buffers")
     assert buffers == measurement.parts["pipeline receive buffers"]  # one per micro-batch, as PipelineStage allocates
 
+
+
+UPDATES_ON_DEVICE = [
+    m for m in CORPUS if m.framework in ("deepspeed", "fsdp1") and not m.setup.parallelism.offload_optimizer
+]
+
+
+def _predicted_phase_high_water(rank, phase: str) -> int:
+    timeline = rank.timeline
+    totals = [
+        sum(getattr(timeline, category)[i] for category in ("parameters", "gradients", "optimizer_states", "activations", "overhead"))
+        for i, moment in enumerate(timeline.phases)
+        if moment == phase
+    ]
+    return max(totals)
+
+
+@pytest.mark.parametrize("measurement", UPDATES_ON_DEVICE, ids=[m.id for m in UPDATES_ON_DEVICE])
+def test_optimizer_phase_matches_the_measured_update(measurement):
+    """The update's high-water mark, not just the step's peak: ZeRO-1/2 hold one fp32 gradient partition and no
+    other gradient through it, in an fp32 model too (``flat_grad_partition.to(fp32)`` is the flattened copy
+    itself), ZeRO-3 its sub-group's flattened fp32 gradient; BF16_Optimizer its full fp32 buffer and the bf16
+    ``.grad`` tensors; FSDP1's for-loop AdamW temporaries follow each parameter's view of the rank's FlatParameter
+    chunk (a whole embedding on rank 0, not half of it). (Offload runs are left out: on a CPU-only machine the client optimizer's temporaries over
+    the host partition are measured as device memory.)"""
+    rank = report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement)
+    measured = measurement.phase_peaks["optimizer"]
+    predicted = _predicted_phase_high_water(rank, "optimizer")
+    assert abs(predicted - measured.bytes) <= 0.001 * measured.bytes, (predicted, measured)
+
+
+FSDP1_OFFLOAD = load_corpus(Path(__file__).parent / "data" / "fsdp1_cpu_offload_measured.jsonl")
+"""``fsdp1-llama-7m-fp32-offload-w2`` (``CPUOffload(offload_params=True)`` on 2 gloo ranks), kept out of the
+distributed corpus: its device side is not what a GPU runs. On a CPU-only machine FSDP1 takes CPUOffload's
+same-device path (flat_param.device is the compute device, nothing is copied), and the root unit's gradient
+shard and the prefetched last layer's flat gradient already exist at the head's backward (9.6 MB at the peak,
+-12.8%), not yet explained from FSDP1's source. Its host side is checked here."""
+
+
+@pytest.mark.parametrize("measurement", FSDP1_OFFLOAD, ids=[m.id for m in FSDP1_OFFLOAD])
+def test_fsdp1_cpu_offload_host_side_is_what_fsdp1_keeps_on_the_host(measurement):
+    """_flat_param.py: each FlatParameter's ``_local_shard`` and ``_cpu_grad`` (pinned), and the optimizer's states
+    over them, are host memory: trainmem's offloaded parts, to the step counters."""
+    report = trainmem.estimate(measurement.setup, suggestions=False)
+    assert set(measurement.host_parts) == {
+        "parameters/fsdp1 _local_shard (CPUOffload)",
+        "gradients/fsdp1 _cpu_grad (CPUOffload)",
+        "optimizer_states/optimizer state",
+    }
+    assert abs(report.ranks[0].cpu_offload_bytes - sum(measurement.host_parts.values())) <= 0.001 * sum(
+        measurement.host_parts.values()
+    )
+
+
+@pytest.mark.parametrize("measurement", FSDP1_OFFLOAD, ids=[m.id for m in FSDP1_OFFLOAD])
+def test_fsdp1_cpu_offload_keeps_the_reduced_shards_on_the_device_through_the_backward(measurement):
+    """``_accumulate_sharded_grad`` keeps ``_saved_grad_shard`` until ``prepare_gradient_for_optim`` (end of the
+    backward): measured, the whole gradient shard is on the device at the last backward segment, and none at the
+    update; trainmem keeps the shards until the update, which reads the host ``_cpu_grad``."""
+    timeline = measurement.timeline
+    shard_bytes = measurement.num_trainable_parameters // measurement.world_size * 4
+    assert timeline.gradients[timeline.labels.index("backward embeddings")] == shard_bytes
+    assert timeline.gradients[timeline.labels.index("optimizer")] == 0
+    rank = trainmem.estimate(measurement.setup, suggestions=False).ranks[0]
+    predicted = rank.timeline
+    assert predicted.gradients[predicted.labels.index("layer 0 backward")] > 0
+    assert predicted.gradients[predicted.labels.index("optimizer step")] == 0

@@ -156,3 +156,29 @@ def test_one_rank_zero_3_gathers_nothing_and_flattens_for_the_update():
     step = _at(rank, "optimizer step")
     assert step["overhead"] == 1_000_000_000 + 3 * NUMEL * 4
     assert NUMEL * 2 <= step["parameters"] < NUMEL * 2 + 1024  # the bf16 weights (and the rotary buffers), once
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("precision", ["fp32", "bf16-master-weights"])
+def test_zero_1_2_update_holds_one_fp32_gradient_partition(stage, precision):
+    """stage_1_and_2.py ``step``: ``flat_grad_partition.to(fp32)`` is a new tensor for bf16 gradients and the
+    flattened copy itself for fp32 ones; every ``.grad`` and ``averaged_gradients`` are freed before
+    ``_optimizer_step`` (measured: ``zero{1,2}-llama-7m-{fp32,bf16}-w2``, ZeRO-1's whole-model ``.grad`` tensors
+    gone at the update too)."""
+    report = trainmem.estimate(_setup(precision, zero_stage=stage), suggestions=False)
+    step = _at(report.ranks[0], "optimizer step")
+    partition_fp32 = NUMEL // 2 * 4
+    assert step["gradients"] == 0
+    assert step["overhead"] == 3 * partition_fp32  # the fp32 gradient partition + AdamW's two temporaries
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-master-weights"])
+def test_without_temporaries_the_flattening_is_the_steps_high_water_mark(precision):
+    """SGD has no temporaries: the moment before the 16-bit gradients are freed (the partition's gradients, their
+    flattened copy and its fp32 cast) is above the update's one fp32 partition (from the source)."""
+    setup = {**_setup(precision, zero_stage=2), "optimizer": {"name": "sgd", "implementation": "for-loop"}}
+    step = _at(trainmem.estimate(setup, suggestions=False).ranks[0], "optimizer step")
+    partition = NUMEL // 2
+    gradient_bytes = 4 if precision == "fp32" else 2
+    assert step["gradients"] == partition * gradient_bytes
+    assert step["overhead"] == partition * gradient_bytes + (0 if precision == "fp32" else partition * 4)

@@ -31,7 +31,7 @@ from .ends import trace_chunked_loss_head, trace_embedding, trace_final_norm, tr
 from .layers import LayerKernels, LayerShape, Trace, Trainability, trace_layer
 from .heads import encoder_buffer_bytes, trace_task_head
 from .tasks import encoded_sequences, label_bytes
-from .optimizers import TrainableTensor, state_bytes, step_temporaries
+from .optimizers import StepTemporaries, TrainableTensor, state_bytes, step_temporaries
 from . import packing, padding_mask
 from .plan import Plan, Stage
 from .tape import DTYPE_BYTES
@@ -385,6 +385,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     if deepspeed.steps_flat_partition(plan):  # the client optimizer steps one flat fp32 partition
         flat = [TrainableTensor((deepspeed.flat_partition_numel(plan, trainable_numel),))]
         temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, flat, state_dtype, 1)
+    if fsdp.steps_flat_shard_views(plan):  # FSDP1: each parameter's view of the rank's FlatParameter chunk
+        temporaries = _flat_shard_temporaries(plan, trainable, state_dtype)
     if plan.lora and base_tensors:
         ends = [s for s in trainable if not s.layer_scope]
         ordered = (
@@ -473,6 +475,29 @@ def _mixed_dtype_temporaries(plan: Plan, adapters: list, copies: tuple[list, lis
     ratio = DTYPE_BYTES["fp32"] // DTYPE_BYTES[copy_dtype]
     as_copies = [TrainableTensor((t.numel * ratio,), t.count) for t in adapters]
     return step_temporaries(kind, implementation, embedding + layers + as_copies + head, copy_dtype, shard_factor)
+
+
+def _flat_shard_temporaries(plan: Plan, trainable: list, state_dtype: str) -> StepTemporaries:
+    """The step's temporaries on FSDP1's heaviest rank: the parameters of a layer form one unit (the same views in
+    every layer of that kind), everything outside the layers the root unit (trainmem.parallel.fsdp.flat_shard_views).
+    Only the trainable tensors are laid out (a unit's frozen tensors would shift the chunk boundaries)."""
+    shards = max(1, plan.sharding.weights)
+    units: dict[object, list] = {}
+    for s in trainable:
+        units.setdefault(s.kind if s.layer_scope else "root", []).append(s)
+    ranks = fsdp.representative_ranks([[m.numel for m in members] for members in units.values()], shards)
+    view_of: dict[int, list[int]] = {}  # id(slice) -> its view's numel on each representative rank
+    for members in units.values():
+        per_rank = fsdp.flat_shard_views([m.numel for m in members], shards, ranks)
+        for position, s in enumerate(members):
+            view_of[id(s)] = [views[position] for views in per_rank]
+    distinct = {tuple(view_of[id(s)][index] for s in trainable) for index in range(len(ranks))}
+    heaviest = StepTemporaries(0, "updates in place")
+    for rank_views in distinct:
+        views = [TrainableTensor((numel,), s.count) for s, numel in zip(trainable, rank_views) if numel]
+        rank_temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, views, state_dtype, 1)
+        heaviest = max(heaviest, rank_temporaries, key=lambda t: t.bytes)
+    return heaviest
 
 
 def _rank_shape(slice_) -> tuple[int, ...]:
@@ -1225,7 +1250,7 @@ def _stored(plan: Plan, stored: int, produced: int) -> int:
         _resident_gradient_buffer(plan)
         or deepspeed.gradients_live_in_bucket(plan)
         or deepspeed.gradients_go_to_host(plan)
-        or fsdp.offloads_to_host(plan)
+        or fsdp.offloads_to_host(plan) and not fsdp.keeps_reduced_shards_on_device(plan)
     ):
         return 0  # accumulated into the resident buffer, copied into ZeRO-2's reduce bucket or to the host
     if plan.sharding.gradients > 1 or plan.lora:
@@ -1243,9 +1268,16 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
         extra[("overhead", "fp32 gradient partition")] = states.trainable_numel * 4 // plan.sharding.optimizer
         if plan.parallel.strategy == "zero":  # ZeRO-3 casts one sub_group_size piece at a time
             extra[("overhead", "fp32 gradient partition")] = deepspeed.flat_partition_numel(plan, states.trainable_numel) * 4
+    zero_partition = deepspeed.update_gradient_partition_bytes(plan, states.trainable_numel)
+    if zero_partition:  # ZeRO-1/2: one fp32 gradient partition through the update, also for an fp32 model
+        extra[("overhead", "fp32 gradient partition")] = zero_partition
+    flatten = deepspeed.flatten_moment_parts(plan, states.trainable_numel)
+    if sum(flatten.values()) > sum(extra.values()):  # the flattening before the update is the step's high-water mark
+        extra = flatten
+        account.details[("overhead", "flattened gradient partition")] = deepspeed.FLATTEN_DETAIL
     account.details[("overhead", "optimizer step temporaries")] = states.step_detail
-    if deepspeed.frees_gradients_before_update(plan):
-        account.set("gradients", "gradients", 0)
+    if deepspeed.frees_gradients_before_update(plan) or fsdp.keeps_reduced_shards_on_device(plan):
+        account.set("gradients", "gradients", 0)  # (FSDP1 offload: the update reads the host _cpu_grad)
     persistent = account.get("parameters", "persistent gathered parameters") if deepspeed.releases_all_for_step(plan) else 0
     if persistent:  # ZeRO-3's step releases every gathered parameter and re-gathers the persistent ones after it
         account.set("parameters", "persistent gathered parameters", 0)

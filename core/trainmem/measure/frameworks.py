@@ -284,9 +284,58 @@ class FSDP1(Framework):
             use_orig_params=True,
             device_id=torch.device("cpu"),
             device_mesh=mesh,
+            **self._cpu_offload(),
         )
         self.forward_module = self.model
         self._torch_optimizer()
+
+    def _offloads(self) -> bool:
+        parallel = self.setup.parallelism
+        return parallel.offload_parameters or parallel.offload_optimizer
+
+    def _cpu_offload(self) -> dict[str, Any]:
+        """``CPUOffload(offload_params=True)`` for an offloading setup. FSDP1 pins its host shard and gradient
+        (``FlatParamHandle._init_param_attributes``: ``_local_shard.pin_memory()``, ``_cpu_grad``), and
+        ``Tensor.pin_memory`` raises without an accelerator: on a CPU-only machine it is made to return the tensor
+        itself (what pinning changes, the page-locked copy, is not device memory), and the CPU's stub stream is
+        given the no-op ``synchronize`` FSDP1 calls after the backward."""
+        if not self._offloads():
+            return {}
+        from torch.distributed.fsdp import CPUOffload
+
+        torch.Tensor.pin_memory = lambda tensor, *args, **kwargs: tensor  # type: ignore[method-assign]
+        if not hasattr(torch.cpu.Stream, "synchronize"):
+            # _post_backward_final_callback waits for the (GPU -> CPU) gradient copies with
+            # current_stream().synchronize(); the CPU's stub stream has nothing to wait for.
+            torch.cpu.Stream.synchronize = lambda stream: None  # type: ignore[attr-defined]
+        return {"cpu_offload": CPUOffload(offload_params=True)}
+
+    def host_tensors(self) -> Owned:
+        """FSDP1's CPU offload (``_flat_param.py``, ``_runtime_utils.py``): each FlatParameter's sharded data
+        (``_local_shard``) and its sharded gradient (``_cpu_grad``, allocated for the run; ``_offload_grad``
+        copies the reduce-scattered gradient into it) are host memory, and the optimizer steps them there (its
+        states are host memory too). The unsharded (padded) FlatParameters, the all-gather and reduce-scatter
+        buffers stay on the device."""
+        if not self._offloads():
+            return []
+        host: Owned = []
+        for flat in self._flat_parameters():
+            for category, name in (("parameters", "_local_shard"), ("gradients", "_cpu_grad")):
+                tensor = getattr(flat, name, None)
+                if isinstance(tensor, torch.Tensor):
+                    host.append((category, f"{category}/fsdp1 {name} (CPUOffload)", tensor))
+        for tensor in self.optimizer_state_tensors():
+            host.append(("optimizer_states", "optimizer_states/optimizer state", tensor))
+        return host
+
+    def _flat_parameters(self) -> Iterator[Any]:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        for module in self.model.modules():
+            if isinstance(module, FullyShardedDataParallel):
+                flat = getattr(getattr(module, "_handle", None), "flat_param", None)
+                if flat is not None:
+                    yield flat
 
     def owned_tensors(self) -> Owned:
         from torch.distributed.fsdp import FullyShardedDataParallel

@@ -321,12 +321,55 @@ def flattens_sub_group_gradients(plan: "Plan") -> bool:
 
 
 def frees_gradients_before_update(plan: "Plan") -> bool:
-    """ZeRO-2 (no offload): ``DeepSpeedZeroOptimizer.step`` casts the flat gradient partition to fp32
-    (``single_partition_of_fp32_groups[i].grad``), then frees the 16-bit one (``averaged_gradients[i] =
-    None``, ``_release_preflattened_grad_buffers``) before ``_optimizer_step``: the update holds the fp32
-    gradient partition and the optimizer's temporaries, not the 16-bit gradients (measured:
-    ``zero2-llama-7m-bf16-smallbucket-w2``, no gradient bytes at the step's peak)."""
-    return gradients_live_in_bucket(plan) and not plan.parallel.offload_optimizer and not accumulates_partition_in_fp32(plan)
+    """ZeRO-1/2 (no offload, the ZeRO optimizer): ``DeepSpeedZeroOptimizer.step`` flattens the rank's gradient
+    partition, hands its fp32 form to the master (``single_partition_of_fp32_groups[i].grad``), then frees every
+    ``.grad`` (``free_grad_in_param_list``) and the 16-bit partition (``averaged_gradients[i] = None``,
+    ``_release_preflattened_grad_buffers``) before ``_optimizer_step``: the update holds one fp32 gradient
+    partition and the optimizer's temporaries, no other gradient (measured: ``zero2-llama-7m-bf16-smallbucket-w2``,
+    no gradient bytes at the step's peak; ``zero1-llama-7m-{fp32,bf16}-w2``, where ZeRO-1's whole-model ``.grad``
+    tensors are gone at the update too). Not with ZeRO-2's fp32 partition buffer, which the update reads as it is."""
+    parallel = plan.parallel
+    return (
+        runs_zero(plan)
+        and parallel.zero_stage in (1, 2)
+        and not parallel.offload_optimizer
+        and not runs_bf16_optimizer(plan)
+        and not accumulates_partition_in_fp32(plan)
+    )
+
+
+def update_gradient_partition_bytes(plan: "Plan", trainable_numel: int) -> int:
+    """ZeRO-1/2's fp32 gradient partition at the update (see :func:`frees_gradients_before_update`), in any model
+    dtype: ``flat_grad_partition.to(fp32)`` is a new tensor for 16-bit gradients and the flattened copy itself for
+    fp32 ones (``Tensor.to`` returns ``self`` when the dtype matches), so an fp32 model also holds one fp32
+    partition-sized gradient through the update (measured: ``zero{1,2}-llama-7m-fp32-w2``, 14.0 MB on 2 ranks of
+    the 7M-parameter model, beside AdamW's two temporaries). 0 where the rule does not apply."""
+    if not frees_gradients_before_update(plan):
+        return 0
+    return trainable_numel // max(1, plan.sharding.optimizer) * 4
+
+
+def flatten_moment_parts(plan: "Plan", trainable_numel: int) -> dict[tuple[str, str], int]:
+    """What ZeRO-1/2's ``step`` holds just before it frees the 16-bit gradients, for the rank's partition P:
+    the gradients in the partition (ZeRO-2's ``grads_in_partition``; ZeRO-1's ``.grad`` of the parameters in
+    the partition, the others freed first by ``free_grad_in_param_list(params_not_in_partition)``), their
+    flattened copy (``self.flatten``, a ``torch.cat``) and, for 16-bit gradients, its fp32 cast. Below the
+    update with AdamW's two partition-sized temporaries (8P against 12P bytes), above it for an optimizer
+    without temporaries (SGD); from the source, not measured."""
+    if not frees_gradients_before_update(plan):
+        return {}
+    partition = trainable_numel // max(1, plan.sharding.optimizer)
+    gradient_bytes = DTYPE_BYTES[plan.precision.gradient_dtype]
+    parts = {
+        ("gradients", "gradients"): partition * gradient_bytes,
+        ("overhead", "flattened gradient partition"): partition * gradient_bytes,
+    }
+    if gradient_bytes != 4:
+        parts[("overhead", "fp32 gradient partition")] = partition * 4
+    return parts
+
+
+FLATTEN_DETAIL = "ZeRO-1/2 step: the gradient partition flattened (and cast to fp32) before the 16-bit gradients are freed"
 
 
 # ---------------------------------------------------------------------------- pinned host buffers

@@ -103,11 +103,23 @@ def backward_prefetch_bytes(plan: "Plan", layer_bytes: int) -> int:
 def offloads_to_host(plan: "Plan") -> bool:
     """FSDP CPU offload (FSDP2 ``CPUOffloadPolicy``, FSDP1 ``CPUOffload(offload_params=True)``; trainmem's
     ``offload_parameters`` for strategy 'fsdp'): the sharded parameters, their gradients and the optimizer
-    states live on the host; ``foreach_reduce`` (``_fsdp_collectives.py``) copies each reduce-scattered
-    gradient shard to the CPU, so none stays on the GPU after its layer's backward. Not measured: on a
-    CPU-only machine the host-device copies are no-ops, so the device side cannot be told apart."""
+    states live on the host; FSDP2's ``foreach_reduce`` (``_fsdp_collectives.py``) copies each reduce-scattered
+    gradient shard to the CPU, so none stays on the GPU after its layer's backward (FSDP1 keeps them until the end
+    of the backward: :func:`keeps_reduced_shards_on_device`). On a CPU-only machine the host-device copies are
+    no-ops (measured: ``fsdp2-llama-7m-fp32-offload-w2``, ``fsdp1-llama-7m-fp32-offload-w2``, the host side)."""
     parallel = plan.parallel
     return parallel.strategy == "fsdp" and parallel.offload_parameters and plan.sharding.weights > 1
+
+
+def keeps_reduced_shards_on_device(plan: "Plan") -> bool:
+    """FSDP1's CPU offload keeps each unit's reduce-scattered gradient on the device until the end of the backward:
+    ``_reduce_grad`` -> ``_accumulate_sharded_grad`` stores it in ``flat_param._saved_grad_shard`` and
+    ``_offload_grad`` copies it into the host ``_cpu_grad``, but the device tensor is only dropped by
+    ``FlatParamHandle.prepare_gradient_for_optim`` (``delattr(flat_param, "_saved_grad_shard")``) in the
+    post-backward final callback (torch/distributed/fsdp/_runtime_utils.py, _flat_param.py); the update then reads
+    ``_cpu_grad``. FSDP2's ``foreach_reduce`` frees its device output once copied. Measured on gloo
+    (``fsdp1-llama-7m-fp32-offload-w2``): the shards do stay through the backward, 14.0 MB by its end."""
+    return runs_fsdp1(plan) and offloads_to_host(plan)
 
 
 def offloaded_gradient_parts(plan: "Plan", trainable_numel: int) -> list[tuple[str, int, str]]:
@@ -116,3 +128,50 @@ def offloaded_gradient_parts(plan: "Plan", trainable_numel: int) -> list[tuple[s
         return []
     shard = trainable_numel // plan.sharding.gradients * DTYPE_BYTES[plan.precision.gradient_dtype]
     return [("gradient shard", shard, "sharded gradients on the CPU (CPUOffloadPolicy)")]
+
+
+def flat_shard_views(unit_numels: list[int], shards: int, ranks: "list[int] | None" = None) -> list[list[int]]:
+    """FSDP1's sharding of one unit: the unit's parameters are flattened into one FlatParameter in registration
+    order, padded to a multiple of the shard count and cut into equal chunks (``FlatParamHandle.shard``,
+    ``_get_shard``, torch/distributed/fsdp/_flat_param.py); with ``use_orig_params=True`` each original parameter
+    on rank r is the 1-D view of its elements inside chunk r (``_get_shard_metadata``, ``_use_sharded_views``),
+    empty where it lies outside. Returns, for each of ``ranks`` (default: every rank), the element count of each
+    parameter's view. Unlike FSDP2, which shards every tensor on dim 0, a rank may hold a whole parameter (the 7M
+    Llama's embedding on rank 0, its head on rank 1). The per-parameter alignment padding of ``use_orig_params``
+    (16 bytes) is not counted."""
+    shards = max(1, shards)
+    chunk = max(1, -(-sum(unit_numels) // shards))
+    views = []
+    for rank in range(shards) if ranks is None else ranks:
+        start, end = rank * chunk, (rank + 1) * chunk
+        offset, rank_views = 0, []
+        for numel in unit_numels:
+            rank_views.append(max(0, min(end, offset + numel) - max(start, offset)))
+            offset += numel
+        views.append(rank_views)
+    return views
+
+
+def representative_ranks(units: list[list[int]], shards: int) -> list[int]:
+    """Ranks that between them show every distinct set of views (:func:`flat_shard_views`) across ``units``: a
+    chunk holding a tensor boundary of some unit, and the one after it; the ranks in between see the same views
+    as their neighbour. At most four per tensor, however many ranks shard the model."""
+    shards = max(1, shards)
+    ranks = {0}
+    for numels in units:
+        chunk = max(1, -(-sum(numels) // shards))
+        offset = 0
+        for numel in numels:
+            for edge in (offset, offset + numel):
+                rank = min(shards - 1, edge // chunk)
+                ranks.update((rank, min(shards - 1, rank + 1)))
+            offset += numel
+    return sorted(ranks)
+
+
+def steps_flat_shard_views(plan: "Plan") -> bool:
+    """FSDP1 with sharded weights and ``use_orig_params`` (the layout trainmem assumes): the optimizer steps each
+    original parameter's view of the rank's FlatParameter chunk, so a for-loop optimizer's temporaries follow the
+    largest view, not the largest parameter / shards (measured: ``fsdp1-llama-7m-fp32-w2``, AdamW's two
+    temporaries of the whole 8000 × 256 embedding on rank 0 and of the head on rank 1)."""
+    return runs_fsdp1(plan) and not plan.lora
