@@ -42,7 +42,9 @@ def _stand_in_for_pydantic_plugin_loader() -> None:
     rest itself, 56-100 ms under Node on a loaded machine; 49 in CPython). The stand-in answers
     ``get_plugins()`` the same.
     """
-    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") not in PYDANTIC_PLUGINS_OFF or "pydantic.plugin._loader" in sys.modules:
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") not in PYDANTIC_PLUGINS_OFF:
+        return
+    if "pydantic.plugin._loader" in sys.modules:  # pydantic built a model already: nothing to spare
         return
     stand_in = types.ModuleType("pydantic.plugin._loader", "trainmem_web's stand-in: plugins are disabled")
     stand_in.get_plugins = lambda: ()
