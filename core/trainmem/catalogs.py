@@ -1,13 +1,16 @@
 """The catalogs trainmem ships as data: model presets, GPUs and optimizers.
 
 Each catalog is a JSON file in ``trainmem/data`` (one source of truth, readable without
-Python) loaded once into frozen pydantic models.
+Python) loaded once into frozen pydantic models. The presets are built one by one as they are
+looked up (:class:`LazyCatalog`): a setup names one of 93, and building them all was most of the
+catalog's cost in an answer (in Pyodide, about 0.1 s of the page's first answer on a loaded machine).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from functools import cache
-from typing import Any, Literal, Optional
+from typing import Any, Generic, Literal, Optional, TypeVar
 
 from pydantic import Field, PositiveInt
 
@@ -76,9 +79,40 @@ class OptimizerKind(FrozenModel):
     )
 
 
+Entry = TypeVar("Entry", bound=FrozenModel)
+
+
+class LazyCatalog(Mapping[str, Entry], Generic[Entry]):
+    """A catalog's entries by name (as a dict of them), each validated into its model on first lookup.
+
+    Names, order, ``in`` and ``len`` come from the file's raw entries (the last of a repeated name
+    wins, as in a dict built from them); a bad entry raises its ValidationError when it is looked up.
+    """
+
+    def __init__(self, model: type[Entry], entries: list[dict[str, Any]]) -> None:
+        self._model = model
+        self._raw = {entry["name"]: entry for entry in entries}
+        self._built: dict[str, Entry] = {}
+
+    def __getitem__(self, name: str) -> Entry:
+        built = self._built.get(name)
+        if built is None:
+            built = self._built[name] = self._model(**self._raw[name])
+        return built
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
 @cache
-def presets() -> dict[str, Preset]:
-    return {p["name"]: Preset(**p) for p in _load("presets.json")["presets"]}
+def presets() -> Mapping[str, Preset]:
+    return LazyCatalog(Preset, _load("presets.json")["presets"])
 
 
 @cache
