@@ -30,10 +30,12 @@ mark("start");
 const PYODIDE = new URL("../pyodide/", import.meta.url);
 const pyodideLoader = import("../pyodide/pyodide.mjs");
 const pyodideRuntime = import("../pyodide/pyodide.asm.mjs");
+/** One of Pyodide's files as loadPyodide expects its response (the one place that fetches them). */
+const fetchPyodideFile = (url) => fetch(url);
 const earlyFetches = new Map(
   ["pyodide.asm.wasm", "python_stdlib.zip"].map((name) => {
     const url = new URL(name, PYODIDE).href;
-    return [url, fetch(url)];
+    return [url, fetchPyodideFile(url)];
   }),
 );
 for (const pending of [pyodideLoader, pyodideRuntime, ...earlyFetches.values()]) pending.catch(() => {}); // awaited later
