@@ -422,7 +422,7 @@ def write_manifest(site: Path, data: dict) -> dict:
     return manifest
 
 
-# web/js/early.js starts Python's worker at navigation: inlined into the page's head (where the page
+# web/js/early.js starts Python's worker after the first frame: inlined into the page's head (where the page
 # has the placeholder) after the pre-render, and allowed by its sha256 in the page's CSP.
 EARLY_BOOT = WEB / "js" / "early.js"
 EARLY_BOOT_PLACEHOLDER = "@EARLY_BOOT@"

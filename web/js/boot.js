@@ -1,5 +1,5 @@
 // The page's engine, imported by main.js (and by tests). Its first start takes over the worker that
-// the page's head started at navigation (web/js/early.js, inlined by build_site.py).
+// the page's head started after the first frame (web/js/early.js, inlined by build_site.py).
 
 import { Engine } from "./engine.js";
 

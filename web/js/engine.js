@@ -45,7 +45,7 @@ export class Engine {
 
   /**
    * Start loading Pyodide (idempotent); resolves when trainmem is imported. The first start takes
-   * over the worker that the page's head started at navigation (web/js/early.js), when there is one.
+   * over the worker that the page's head started with the page (web/js/early.js), when there is one.
    */
   start() {
     if (this.ready) return this.ready;
@@ -247,12 +247,12 @@ export class Engine {
   }
 }
 
-/** The worker web/js/early.js started at navigation, once (a restarted engine boots its own). */
+/** The worker web/js/early.js started with the page, once (a restarted engine boots its own). */
 function takeEarlyWorker() {
   const early = globalThis.trainmemEarlyWorker;
   if (!early) return null;
   delete globalThis.trainmemEarlyWorker;
-  return early;
+  return early.take ? early.take() : early; // take(): started now if it was waiting for the first frame
 }
 
 /** The answer of a compute that failed in the engine: cancelled after the limit, or an internal error. */

@@ -20,7 +20,7 @@ const pageDefault = overlay(data.core_defaults, data.default_setup, schema);
 
 // ---------------------------------------------------------------------------- engine
 
-// The worker started at navigation (web/js/early.js, inlined in the head); boot.js's engine took it over.
+// The worker started with the page (web/js/early.js, inlined in the head); boot.js's engine took it over.
 engine.onProgress = (message) => {
   const restarted = engine.restarts > 0; // only after a cancelled request, so after the first boot
   if (restarted && message.stage === "ready") setProgress(1, "Python engine restarted after a cancelled computation: ready.");

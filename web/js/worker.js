@@ -15,7 +15,7 @@
 //    parses pyodide-lock.json: the page loads no package by name.
 
 //  * Pyodide's own files start loading when this module starts (the page's head creates this
-//    worker at navigation: web/js/early.js): its loader and runtime scripts by dynamic imports (a
+//    worker with the page: web/js/early.js): its loader and runtime scripts by dynamic imports (a
 //    static import would hold this module, and so the boot message, until they had loaded), its
 //    WebAssembly runtime and standard library by fetches that loadPyodide's own requests for the
 //    same URLs then take over (startedFetch) instead of requesting them again.
