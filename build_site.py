@@ -422,6 +422,27 @@ def write_manifest(site: Path, data: dict) -> dict:
     return manifest
 
 
+# web/js/early.js starts Python's worker after the first frame: inlined into the page's head (where the page
+# has the placeholder) after the pre-render, and allowed by its sha256 in the page's CSP.
+EARLY_BOOT = WEB / "js" / "early.js"
+EARLY_BOOT_PLACEHOLDER = "@EARLY_BOOT@"
+
+
+def inline_script_source(text: str) -> str:
+    """A CSP source allowing exactly this inline script (CSP Level 2 hash-source)."""
+    import base64
+
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def page_csp(html: str, early_boot: str) -> str:
+    """The site's CSP, plus the early script's hash on a page that inlines it."""
+    if EARLY_BOOT_PLACEHOLDER not in html:
+        return CONTENT_SECURITY_POLICY
+    return CONTENT_SECURITY_POLICY.replace("script-src 'self' 'wasm-unsafe-eval'",
+                                           f"script-src 'self' 'wasm-unsafe-eval' {inline_script_source(early_boot)}")
+
+
 def build(site: Path) -> dict:
     ensure_node_modules()
     staging = site.with_name(site.name + ".tmp")
@@ -457,16 +478,20 @@ def build(site: Path) -> dict:
 
     log("computing the default setup with CPython")
     data = page_data(sorted(wheels), python_modules, python)
+    early_boot = EARLY_BOOT.read_text(encoding="utf-8")
     for page in ("index.html", "embed.html"):
         path = staging / page
         html = path.read_text(encoding="utf-8")
-        html = html.replace("@CSP@", CONTENT_SECURITY_POLICY).replace("@VERSION@", data["trainmem_version"])
+        html = html.replace("@CSP@", page_csp(html, early_boot)).replace("@VERSION@", data["trainmem_version"])
         html = html.replace("@APP_DATA@", script_json(data))
         engine_config = {"wheels": data["wheels"], "python_modules": data["python_modules"], "python": python}
         html = html.replace("@ENGINE_CONFIG@", script_json(engine_config))
         path.write_text(html, encoding="utf-8")
     log("pre-rendering the default result into the HTML")
     run(["node", str(WEB / "tools" / "prerender.mjs"), str(staging)])
+    for page in ("index.html", "embed.html"):  # after the pre-render, which re-serializes the HTML
+        path = staging / page
+        path.write_text(path.read_text(encoding="utf-8").replace(EARLY_BOOT_PLACEHOLDER, early_boot), encoding="utf-8")
 
     manifest = write_manifest(staging, data)
     shutil.rmtree(site, ignore_errors=True)

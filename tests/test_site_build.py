@@ -139,3 +139,22 @@ def test_the_service_worker_caches_what_the_page_fetches_not_the_wheels(tmp_path
     manifest = build_site.write_manifest(site, {"trainmem_version": "0.1.0"})
     assert "wheels/pkg-1.0-py3-none-any.whl" in manifest["files"]
     assert sorted(manifest["cache_files"]) == ["index.html", "python/site-packages.zip", "sw.js"]
+
+
+def test_the_early_script_is_allowed_by_its_hash_only_where_it_is_inlined():
+    # The hash-source of an empty script, as every browser computes it (CSP Level 2's example digest).
+    assert build_site.inline_script_source("") == "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='"
+    early = build_site.EARLY_BOOT.read_text(encoding="utf-8")
+    page = "<head><script>@EARLY_BOOT@</script></head>"
+    csp = build_site.page_csp(page, early)
+    assert f"script-src 'self' 'wasm-unsafe-eval' {build_site.inline_script_source(early)};" in csp
+    assert "unsafe-inline" not in csp
+    assert build_site.page_csp("<head></head>", early) == build_site.CONTENT_SECURITY_POLICY
+
+
+def test_the_calculator_starts_its_worker_before_any_other_script():
+    html = (ROOT / "web" / "index.html").read_text(encoding="utf-8")
+    head = html[: html.index("</head>")]
+    early = head.index("<script>@EARLY_BOOT@</script>")
+    assert early < head.index("<script src=") and early < head.index('<script type="module"')
+    assert head.index('id="engine-config"') < early  # the script reads the engine's configuration

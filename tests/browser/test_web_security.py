@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+from pathlib import Path
 from urllib.parse import quote
 
 from browser_helpers import wait_computed, wait_engine_ready
 
+ROOT = Path(__file__).resolve().parents[2]
 PAYLOAD = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 
 
@@ -22,7 +25,11 @@ def test_csp_allows_only_the_own_origin(page, guard, site_url):
     csp = page.locator('meta[http-equiv="Content-Security-Policy"]').get_attribute("content")
     directives = dict(part.strip().split(" ", 1) for part in csp.split(";"))
     assert directives["default-src"] == "'self'"
-    assert directives["script-src"] == "'self' 'wasm-unsafe-eval'"
+    # Besides the own origin, only the page's one inline script, by its hash (web/js/early.js).
+    early = (ROOT / "web" / "js" / "early.js").read_text(encoding="utf-8")
+    early_hash = "'sha256-" + base64.b64encode(hashlib.sha256(early.encode()).digest()).decode() + "'"
+    assert directives["script-src"] == f"'self' 'wasm-unsafe-eval' {early_hash}"
+    assert page.evaluate("() => [...document.scripts].filter((s) => !s.src && !s.type).map((s) => s.textContent)") == [early]
     assert "unsafe-inline" not in csp and "http" not in csp
     # An injected inline script would not run even if markup got in.
     page.evaluate("""() => { const s = document.createElement('script'); s.textContent = 'window.__inline = 1';

@@ -1,5 +1,5 @@
-// Loaded as an async module at the top of index.html: starts Pyodide's worker while the rest
-// of the page (the charting library, the form) is still loading. main.js takes the engine over.
+// The page's engine, imported by main.js (and by tests). Its first start takes over the worker that
+// the page's head started after the first frame (web/js/early.js, inlined by build_site.py).
 
 import { Engine } from "./engine.js";
 

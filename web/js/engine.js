@@ -43,18 +43,31 @@ export class Engine {
     if (listener && this.lastProgress) listener(this.lastProgress);
   }
 
-  /** Start loading Pyodide (idempotent); resolves when trainmem is imported. */
+  /**
+   * Start loading Pyodide (idempotent); resolves when trainmem is imported. The first start takes
+   * over the worker that the page's head started with the page (web/js/early.js), when there is one.
+   */
   start() {
     if (this.ready) return this.ready;
-    const worker = new Worker(this.workerUrl, { type: "module" });
+    const early = takeEarlyWorker();
+    const worker = early ? early.worker : new Worker(this.workerUrl, { type: "module" });
     this.worker = worker;
-    worker.addEventListener("message", (event) => worker === this.worker && this.receive(event.data));
-    worker.addEventListener("error", (event) => {
+    const failed = (message) => {
       if (worker !== this.worker) return;
-      for (const { reject } of this.pending.values()) reject(new Error(event.message || "the engine failed"));
+      for (const { reject } of this.pending.values()) reject(new Error(message || "the engine failed"));
       this.pending.clear();
-    });
-    this.ready = this.post("boot", { wheels: this.wheels, modules: this.modules, python: this.python });
+    };
+    if (early) {
+      this.ready = new Promise((resolve, reject) => this.pending.set(0, { resolve, reject })); // its boot (id 0)
+      early.detach();
+      for (const { data, error, at } of early.heard) {
+        if (error !== undefined) failed(error);
+        else this.receive(data, at);
+      }
+    }
+    worker.addEventListener("message", (event) => worker === this.worker && this.receive(event.data));
+    worker.addEventListener("error", (event) => failed(event.message));
+    if (!early) this.ready = this.post("boot", { wheels: this.wheels, modules: this.modules, python: this.python });
     return this.ready;
   }
 
@@ -110,9 +123,17 @@ export class Engine {
     }
   }
 
-  receive(message) {
+  /** A message of the worker, heard at `at` (the page's clock; now unless it was kept meanwhile). */
+  receive(message, at = performance.now()) {
+    if (message.type === "timings") {
+      // The worker's own clock of its stages (web/js/worker.js), on the page's timeline.
+      for (const [stage, epochMs] of message.marks) {
+        performance.mark(`trainmem:worker-${stage}`, { startTime: Math.max(0, epochMs - performance.timeOrigin) });
+      }
+      return;
+    }
     if (message.type === "progress") {
-      performance.mark(`trainmem:engine-${message.stage}`); // read by benchmarks/bench_site.py
+      performance.mark(`trainmem:engine-${message.stage}`, { startTime: at }); // read by benchmarks/bench_site.py
       this.lastProgress = message;
       if (this.progressListener) this.progressListener(message);
       return;
@@ -224,6 +245,14 @@ export class Engine {
       throw error;
     }
   }
+}
+
+/** The worker web/js/early.js started with the page, once (a restarted engine boots its own). */
+function takeEarlyWorker() {
+  const early = globalThis.trainmemEarlyWorker;
+  if (!early) return null;
+  delete globalThis.trainmemEarlyWorker;
+  return early.take ? early.take() : early; // take(): started now if it was waiting for the first frame
 }
 
 /** The answer of a compute that failed in the engine: cancelled after the limit, or an internal error. */

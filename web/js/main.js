@@ -20,7 +20,7 @@ const pageDefault = overlay(data.core_defaults, data.default_setup, schema);
 
 // ---------------------------------------------------------------------------- engine
 
-// boot.js (an async module in the page's head) started the worker before this module ran.
+// The worker started with the page (web/js/early.js, inlined in the head); boot.js's engine took it over.
 engine.onProgress = (message) => {
   const restarted = engine.restarts > 0; // only after a cancelled request, so after the first boot
   if (restarted && message.stage === "ready") setProgress(1, "Python engine restarted after a cancelled computation: ready.");

@@ -14,9 +14,66 @@
 //  * loadPyodide gets the lock file's `info` inline (lockFileContents), so it neither fetches nor
 //    parses pyodide-lock.json: the page loads no package by name.
 
-// Pyodide's loader is imported when the boot message comes, after the other downloads have started
-// (a static import would hold this module, and so the boot message, until it had loaded).
-const pyodideLoader = () => import("../pyodide/pyodide.mjs");
+//  * Pyodide's own files start loading when this module starts (the page's head creates this
+//    worker with the page: web/js/early.js): its loader and runtime scripts by dynamic imports (a
+//    static import would hold this module, and so the boot message, until they had loaded), its
+//    WebAssembly runtime and standard library by fetches that loadPyodide's own requests for the
+//    same URLs then take over (startedFetch) instead of requesting them again.
+
+/** This worker's stages on the epoch clock ([stage, ms]), sent to the page with the boot's answer. */
+const marks = [];
+function mark(stage) {
+  marks.push([stage, performance.timeOrigin + performance.now()]);
+}
+mark("start");
+
+const PYODIDE = new URL("../pyodide/", import.meta.url);
+const pyodideLoader = import("../pyodide/pyodide.mjs");
+const pyodideRuntime = import("../pyodide/pyodide.asm.mjs");
+/** One of Pyodide's files as loadPyodide expects its response (the one place that fetches them). */
+const fetchPyodideFile = (url) => fetch(url);
+const earlyFetches = new Map(
+  ["pyodide.asm.wasm", "python_stdlib.zip"].map((name) => {
+    const url = new URL(name, PYODIDE).href;
+    return [url, fetchPyodideFile(url)];
+  }),
+);
+for (const pending of [pyodideLoader, pyodideRuntime, ...earlyFetches.values()]) pending.catch(() => {}); // awaited later
+
+/**
+ * fetch, except that the first request for a URL this module already fetched gets that response
+ * (Pyodide's loader fetches its runtime and standard library itself: emscripten-settings.ts
+ * getInstantiateWasmFunc and installStdlib, through compat.ts getBinaryResponse).
+ */
+const networkFetch = self.fetch.bind(self);
+self.fetch = (resource, options) => {
+  const url = typeof resource === "string" || resource instanceof URL ? new URL(resource, self.location.href).href : null;
+  const started = url !== null && earlyFetches.get(url);
+  if (!started) return networkFetch(resource, options);
+  earlyFetches.delete(url);
+  return started;
+};
+
+/**
+ * loadPyodide's createPyodideModule: the runtime script imported above, with marks of its stages
+ * (the WebAssembly instantiated, emscripten's runtime up, Python's main() returned).
+ */
+async function createPyodideModule(settings) {
+  const create = (await pyodideRuntime).default;
+  mark("runtime-script");
+  const instantiate = settings.instantiateWasm; // emscripten's Module is this object itself
+  if (instantiate) {
+    settings.instantiateWasm = (imports, done) =>
+      instantiate(imports, (instance, module) => {
+        mark("wasm-instantiated");
+        done(instance, module);
+      });
+  }
+  settings.onRuntimeInitialized = () => mark("runtime-initialized");
+  const module = await create(settings);
+  mark("python-main");
+  return module;
+}
 
 let bridge = null;
 
@@ -71,6 +128,7 @@ def _install(zip_path, native_json):
 
 async function boot({ modules, python }) {
   const started = performance.now();
+  mark("boot");
   progress("runtime", 0.05, "Loading Python (Pyodide)…");
   const base = new URL("../", import.meta.url);
   if (!python) throw new Error("this page's engine configuration has no python bundle (rebuild the site)");
@@ -81,7 +139,8 @@ async function boot({ modules, python }) {
     modules.map(async (path) => [path.split("/").pop(), await (await fetchOk(new URL(path, base))).text()]),
   );
   for (const pending of [bundle, sources, ...natives]) pending.catch(() => {}); // awaited below
-  const { loadPyodide } = await pyodideLoader();
+  const { loadPyodide } = await pyodideLoader;
+  mark("loader");
   let sitePackages = null;
   // PYDANTIC_DISABLE_PLUGINS: pydantic otherwise scans every installed distribution's entry points
   // (importlib.metadata) when it builds its first model; the page has no pydantic plugin.
@@ -94,7 +153,9 @@ async function boot({ modules, python }) {
     },
     stdout: () => {},
     stderr: () => {},
+    createPyodideModule,
   });
+  mark("loadpyodide");
   progress("packages", 0.6, "Loading trainmem and pydantic…");
   const zipPath = "/lib/trainmem-site-packages.zip";
   pyodide.FS.writeFile(zipPath, new Uint8Array(await bundle));
@@ -109,6 +170,7 @@ async function boot({ modules, python }) {
     nativePaths[lib.module] = path;
   }
   for (const [name, source] of await sources) pyodide.FS.writeFile(`/home/pyodide/${name}`, source);
+  mark("files");
   progress("import", 0.8, "Importing trainmem…");
   try {
     const namespace = pyodide.globals.get("dict")();
@@ -119,6 +181,8 @@ async function boot({ modules, python }) {
   } catch (error) {
     throw new Error(`cannot import trainmem in Pyodide: ${error.message}`);
   }
+  mark("imported");
+  self.postMessage({ type: "timings", marks });
   progress("ready", 1, "Ready");
   return { seconds: (performance.now() - started) / 1000, failures: [] };
 }
