@@ -17,6 +17,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import FrozenModel
 from .disentangled import DisentangledAttention
+from .state_space import Mamba2Mixer
 from .errors import FieldError
 from .tasks import TaskKind
 from .text_tower import TextTower
@@ -258,6 +259,9 @@ class Architecture(FrozenModel):
     # ---- DeBERTa-v2/v3 (models/deberta_v2.py)
     disentangled: Optional[DisentangledAttention] = Field(
         default=None, description="DeBERTa's disentangled attention and relative position embeddings."
+    )
+    mamba: Optional[Mamba2Mixer] = Field(
+        default=None, description="The Mamba-2 mixer of the layers in linear_attention_layers (state_space.py); None for none."
     )
     text_tower: Optional[TextTower] = Field(
         default=None, description="CLIP / SigLIP dual encoders: the text tower the contrastive task trains (text_tower.py)."

@@ -50,6 +50,7 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "qwen3_5_text": ("qwen3_5", "Qwen3_5Text"),
     "qwen3_5_moe_text": ("qwen3_5", "Qwen3_5MoeText"),
     "cohere": ("cohere", "Cohere"),
+    "granitemoehybrid": ("granitemoehybrid", "GraniteMoeHybrid"),
     "falcon": ("falcon", "Falcon"),
     "bert": ("bert", "Bert"),
     "roberta": ("roberta", "Roberta"),
