@@ -51,6 +51,7 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "qwen3_5_moe_text": ("qwen3_5", "Qwen3_5MoeText"),
     "cohere": ("cohere", "Cohere"),
     "granitemoehybrid": ("granitemoehybrid", "GraniteMoeHybrid"),
+    "nemotron_h": ("nemotron_h", "NemotronH"),
     "falcon": ("falcon", "Falcon"),
     "bert": ("bert", "Bert"),
     "roberta": ("roberta", "Roberta"),
