@@ -254,7 +254,7 @@ def test_lora_all_linear_trains_what_peft_trains(name):
     except ValueError as error:  # PEFT refuses out_proj/conv1d of Mamba-based models: so must trainmem
         assert "incompatible with Mamba-based models" in str(error)
         setup = {"model": {"hf_config": config}, "finetuning": {"method": "lora", "lora": {"target_modules": "all-linear"}}}
-        with pytest.raises(ValueError, match="target_modules"):
+        with pytest.raises(ValueError, match="PEFT refuses LoRA on out_proj"):
             Setup.model_validate(setup)
         return
     assert trainmem_trainable(config, "all-linear") == expected
@@ -282,7 +282,13 @@ def test_missing_fields_take_the_transformers_class_defaults(model_type):
     transformers = pytest.importorskip("transformers")
     defaults = transformers.AutoConfig.for_model(model_type).to_dict()
     defaults.pop("transformers_version", None)
-    ours = architecture_from_hf_config({"model_type": model_type})
+    try:
+        ours = architecture_from_hf_config({"model_type": model_type})
+    except FieldError as error:  # the class default holds a block trainmem refuses (Nemotron-H's MoE "E")
+        assert "not modelled yet" in str(error)
+        with pytest.raises(FieldError, match="not modelled yet"):
+            architecture_from_hf_config({k: v for k, v in defaults.items() if v is not None or k == "model_type"})
+        return
     theirs = architecture_from_hf_config({k: v for k, v in defaults.items() if v is not None or k == "model_type"})
 
     def resolved(arch):  # head_dim None means hidden_size // heads, which transformers writes out

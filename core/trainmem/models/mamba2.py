@@ -417,26 +417,37 @@ class Mamba2Program:
     # ------------------------------------------------------------------ CUDA (assumed, not measured)
     def _fused_mamba2(self, x: Sym, projected: Sym, m: Mamba2Mixer) -> Sym:
         """mamba_ssm's ``mamba_split_conv1d_scan_combined`` with the norm and out_proj fused in
-        (``MambaSplitConv1dScanCombinedFn.forward``, mamba_ssm 2.2 ops/triton/ssd_combined.py): it saves
-        zxbcdt, the scan's output (b, s, H·P, x's dtype) and the fp32 rstd of each norm group; the
-        conv, the states and out_proj's input are recomputed in backward. Assumed from the source."""
+        (``MambaSplitConv1dScanCombinedFn.forward``, mamba_ssm 2.2 ops/triton/ssd_combined.py):
+        ``ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, out_x, A, D, dt_bias, ..., rmsnorm_weight,
+        rstd, outproj_weight, outproj_bias)``: in_proj's output, the scan's output ``out_x`` (b·s·H·P in
+        zxbcdt's dtype), ``A = -exp(A_log.float())`` (H, fp32, made by the module), the fp32 ``rstd`` of each
+        row and norm group, and under autocast the 16-bit copy of the out_proj weight it makes
+        (``outproj_weight.to(dtype)``, not autocast's cache). The conv output, the chunk states and
+        out_proj's input are recomputed in backward. Assumed from the source, not measured (no GPU here)."""
         tape, shape = self.tape, self.shape
         names = self.mamba_names
+        a = self._negated_exp_a_log(m.num_heads)
+        out_weight = self.module_parameter(names.out_proj, "weight", m.inner_width * shape.hidden)
+        saved_weight = out_weight
+        if tape.autocast and out_weight.dtype != tape.autocast:
+            saved_weight = tape.new(out_weight.numel, tape.autocast, out_weight.requires_grad, "weight_copy")
         weights = [
             self.module_parameter(names.conv1d, "weight", m.conv_dim * m.conv_kernel),
             self.parameter(names.dt_bias, m.num_heads),
-            self.parameter(names.a_log, m.num_heads),
             self.parameter(names.d, m.num_heads),
             self.parameter(names.norm, m.inner_width),
-            self.module_parameter(names.out_proj, "weight", m.inner_width * shape.hidden),
+            out_weight,
         ]
         dtype = projected.dtype
-        scan_out = Sym(shape.tokens * m.inner_width, dtype, False)
-        rstd = Sym(shape.tokens * m.norm_groups, "fp32", False)
-        conv_out = tape.new(shape.tokens * m.conv_dim, dtype, False)  # the forward's own temporaries
-        y = tape.new(shape.tokens * m.inner_width, dtype, False)
-        tape.keep(scan_out)
-        out = tape.new(shape.tokens * shape.hidden, dtype, True)
-        tape.record("mamba_split_conv1d_scan_combined", [projected, scan_out, rstd], [projected, *weights], [out])
-        tape.release(conv_out, y, scan_out, projected)
+        conv_out = tape.new(shape.tokens * m.conv_dim, dtype, False)  # xBC_conv, recomputed in backward
+        scan_out = tape.new(shape.tokens * m.inner_width, dtype, False)  # out_x
+        rstd = tape.new(shape.tokens * m.norm_groups, "fp32", False)
+        normed = tape.new(shape.tokens * m.inner_width, tape.autocast or dtype, False)
+        out = tape.new(shape.tokens * shape.hidden, tape.autocast or dtype, True)
+        tape.record(
+            "mamba_split_conv1d_scan_combined", [projected, scan_out, rstd, a, saved_weight], [projected, a, *weights], [out]
+        )
+        tape.release(conv_out, normed, scan_out, rstd, a, projected)
+        if saved_weight is not out_weight:
+            tape.release(saved_weight)
         return out
