@@ -145,6 +145,10 @@ GRANITE4_SMALL = {"model_type": "granitemoehybrid", **FAMILY_COMMON, **IDS, "num
                   "attention_multiplier": 0.0078125, "logits_scaling": 6.0, "tie_word_embeddings": True}
 GRANITE4_DENSE_SMALL = {**GRANITE4_SMALL, "num_local_experts": 0, "shared_intermediate_size": 688, "mamba_n_groups": 2,
                         "position_embedding_type": "rope"}
+# Mamba-2 scaled down: Mamba-2 blocks only (norm, mixer, residual), 2 B/C groups, residual_in_fp32 (the default) or
+# not (the 16-bit LoRA case: with it the residual stream turns fp32, which trainmem refuses).
+MAMBA2_SMALL = {"model_type": "mamba2", "vocab_size": 32000, "hidden_size": 256, "num_hidden_layers": 4, "num_heads": 8,
+                "head_dim": 64, "state_size": 64, "n_groups": 2, "chunk_size": 64, **IDS}
 # Nemotron-H scaled down: blocks of one kind each from hybrid_override_pattern (M Mamba-2 with 2 B/C groups, - a
 # relu2 MLP, * attention without position embedding), each a norm, the mixer and a residual add.
 NEMOTRON_H_SMALL = {"model_type": "nemotron_h", **{k: v for k, v in FAMILY_COMMON.items() if k != "num_hidden_layers"},
@@ -552,6 +556,14 @@ CASES: list[dict[str, Any]] = [
     case("nemotronh-small-bf16-lora-b2-s256", NEMOTRON_H_SMALL, batch=2, seq=256, precision="bf16-pure",
          lora={"r": 8, "target_modules": ["in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]},
          description="LoRA on every linear PEFT allows for nemotron_h (it refuses out_proj and conv1d, so all-linear)."),
+    # ---------------------------------------------------------------- Mamba-2 (pure)
+    case("mamba2-small-fp32-adamw-b2-s256", MAMBA2_SMALL, batch=2, seq=256,
+         description="Mamba-2 blocks only: the torch SSD scan (chunk 64), 2 B/C groups, untied head."),
+    case("mamba2-small-ampbf16-adamw-ckpt-b2-s200", MAMBA2_SMALL, batch=2, seq=200, precision="amp-bf16",
+         checkpointing="full", description="The scan pads the sequence to the 64-token chunk."),
+    case("mamba2-small-bf16-lora-b2-s256", {**MAMBA2_SMALL, "residual_in_fp32": False}, batch=2, seq=256,
+         precision="bf16-pure", lora={"r": 8, "target_modules": ["in_proj"]},
+         description="LoRA on in_proj (PEFT refuses out_proj and conv1d of Mamba models)."),
     # ---------------------------------------------------------------- Cohere (Command-R)
     case("cohere-small-fp32-adamw-b2-s256", COHERE_SMALL, batch=2, seq=256,
          description="Parallel attention and MLP after one bias-free LayerNorm, fp32 interleaved RoPE, logit_scale."),

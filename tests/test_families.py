@@ -143,6 +143,14 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "num_local_experts": 0, "mamba_n_heads": 4, "mamba_d_state": 16, "layer_types": ["mamba", "attention", "mamba"],
         "position_embedding_type": "rope", "mamba_conv_bias": False, "mamba_proj_bias": True, "attention_bias": True,
     },
+    "mamba2": {
+        "model_type": "mamba2", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 3, "num_heads": 8, "head_dim": 16,
+        "state_size": 16, "n_groups": 2, "chunk_size": 32,
+    },
+    "mamba2-tied": {
+        "model_type": "mamba2", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4, "head_dim": 32,
+        "state_size": 16, "n_groups": 1, "tie_word_embeddings": True, "use_bias": True, "use_conv_bias": False,
+    },
     "nemotron_h": {
         "model_type": "nemotron_h", **SMALL, "hybrid_override_pattern": "M-M*-M", "head_dim": 16, "intermediate_size": 96,
         "mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2, "chunk_size": 32,

@@ -1,4 +1,4 @@
-"""The Mamba-2 mixer (trainmem/models/mamba2.py) and the state-space hybrids that use it.
+"""The Mamba-2 mixer (trainmem/models/mamba2_mixer.py) and the state-space hybrids that use it.
 
 * torch-marked: what transformers 5.24's CPU path of the mixer (``GraniteMoeHybridMambaLayer.forward``: the
   causal conv fallback, ``mamba2_chunk_scan``, the gated RMSNorm) saves for backward, storage by storage

@@ -264,6 +264,9 @@ class Architecture(FrozenModel):
         default=(), description="Layers that are one norm and an MLP with no token mixer (Nemotron-H's '-' blocks)."
     )
     layer_mlp_only: bool = Field(default=False, description="Set on an MLP-only layer kind (see layer_kinds).")
+    residual_in_fp32: bool = Field(
+        default=False, description="Mamba-2: each block's residual is cast to fp32 before the add (residual_in_fp32)."
+    )
     mamba: Optional[Mamba2Mixer] = Field(
         default=None, description="The Mamba-2 mixer of the layers in linear_attention_layers (state_space.py); None for none."
     )

@@ -52,6 +52,7 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "cohere": ("cohere", "Cohere"),
     "granitemoehybrid": ("granitemoehybrid", "GraniteMoeHybrid"),
     "nemotron_h": ("nemotron_h", "NemotronH"),
+    "mamba2": ("mamba2", "Mamba2"),
     "falcon": ("falcon", "Falcon"),
     "bert": ("bert", "Bert"),
     "roberta": ("roberta", "Roberta"),

@@ -6,7 +6,7 @@ each followed by a MoE with a shared expert (Granite 4.0 H Tiny, H Small) or by 
   ``linear_attention`` / ``full_attention``; default: every layer Mamba-2). Each layer is
   ``x + m · mixer(norm(x))`` then ``x + m · (moe(norm(x)) + shared_mlp(norm(x)))`` with Granite's
   ``residual_multiplier`` m (``GraniteMoeHybridDecoderLayer.forward``).
-* **Mixer**: the shared Mamba-2 mixer of :mod:`trainmem.models.mamba2` (``mamba.*``) or grouped-query
+* **Mixer**: the shared Mamba-2 mixer of :mod:`trainmem.models.mamba2_mixer` (``mamba.*``) or grouped-query
   attention (``self_attn.*``) scaled by ``attention_multiplier`` (no tensor), with RoPE only when
   ``position_embedding_type`` is ``"rope"`` (the released hybrids use ``"nope"``: no rotary tables).
 * **MoE** (``block_sparse_moe``): ``GraniteMoeHybridTopKRouter`` (``F.linear`` of an ``nn.Parameter``,
@@ -31,7 +31,7 @@ from . import blocks
 from .blocks import ModuleNames, ParameterTensor
 from .family import DecoderFamily, common_decoder_fields
 from .fields import ConfigFields
-from .mamba2 import CUDA_KERNEL_NOTE, Mamba2Names, Mamba2Program, mamba2_fields, mamba2_tensors
+from .mamba2_mixer import CUDA_KERNEL_NOTE, Mamba2Names, Mamba2Program, mamba2_fields, mamba2_tensors
 
 GRANITE_MOE_HYBRID_DEFAULTS = dict(
     vocab_size=32000,

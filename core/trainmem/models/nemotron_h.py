@@ -4,7 +4,7 @@ Nano 2 (9B, 12B) — blocks of one kind each, from ``hybrid_override_pattern`` (
 
 * **A block** (``NemotronHBlock.forward``) is ``x + mixer(norm(x))``: one ``NemotronHRMSNorm``
   (``(weight.to(float32) * normalized).to(input_dtype)``, the product in fp32), then the block's mixer:
-  the shared Mamba-2 mixer of :mod:`trainmem.models.mamba2` (under ``mixer``, its gated norm over
+  the shared Mamba-2 mixer of :mod:`trainmem.models.mamba2_mixer` (under ``mixer``, its gated norm over
   ``n_groups`` groups), grouped-query attention without any position embedding (``NemotronHAttention``
   applies no RoPE), or a plain MLP ``down_proj(relu2(up_proj(x)))`` (``ReLUSquaredActivation``:
   ``square(relu(x))``). The model's embedding is ``embeddings``, its final norm ``norm_f``.
@@ -29,7 +29,7 @@ from . import blocks
 from .blocks import ModuleNames, ParameterTensor
 from .family import DecoderFamily
 from .fields import ConfigFields
-from .mamba2 import CUDA_KERNEL_NOTE, Mamba2Names, Mamba2Program, mamba2_tensors
+from .mamba2_mixer import CUDA_KERNEL_NOTE, Mamba2Names, Mamba2Program, mamba2_tensors
 
 NEMOTRON_H_DEFAULTS = dict(
     vocab_size=131072,
