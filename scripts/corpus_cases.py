@@ -548,6 +548,9 @@ CASES: list[dict[str, Any]] = [
     case("granite4dense-small-fp32-adamw-b2-s256", GRANITE4_DENSE_SMALL, batch=2, seq=256,
          description="Granite 4.0 dense hybrid (H Micro's layout): shared MLP only, 2 B/C groups, RoPE."),
     case("granite4dense-small-ampbf16-adamw-b1-s512", GRANITE4_DENSE_SMALL, batch=1, seq=512, precision="amp-bf16"),
+    case("granite4-h-tiny-bf16-lora-all-b1-s512-fake", "granite-4.0-h-tiny", batch=1, seq=512, precision="bf16-pure",
+         lora={"r": 16, "target_modules": "all-linear"}, fake=True,
+         description="Granite 4.0 H Tiny (7B: 36 Mamba-2 layers, 4 attention, 64 experts) LoRA all-linear on fake tensors."),
     # ---------------------------------------------------------------- Mamba-2 hybrids (Nemotron-H)
     case("nemotronh-small-fp32-adamw-b2-s256", NEMOTRON_H_SMALL, batch=2, seq=256,
          description="Nemotron-H: Mamba-2, relu2 MLP and attention blocks (M-M*-M), one mixer per block."),
@@ -556,6 +559,9 @@ CASES: list[dict[str, Any]] = [
     case("nemotronh-small-bf16-lora-b2-s256", NEMOTRON_H_SMALL, batch=2, seq=256, precision="bf16-pure",
          lora={"r": 8, "target_modules": ["in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]},
          description="LoRA on every linear PEFT allows for nemotron_h (it refuses out_proj and conv1d, so all-linear)."),
+    case("nemotronh-nano-9b-v2-bf16-lora-b1-s512-fake", "nemotron-nano-9b-v2", batch=1, seq=512, precision="bf16-pure",
+         lora={"r": 16, "target_modules": ["in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]},
+         fake=True, description="Nemotron Nano 9B v2 (27 Mamba-2, 4 attention, 25 MLP blocks) LoRA on fake tensors."),
     # ---------------------------------------------------------------- Mamba-2 (pure)
     case("mamba2-small-fp32-adamw-b2-s256", MAMBA2_SMALL, batch=2, seq=256,
          description="Mamba-2 blocks only: the torch SSD scan (chunk 64), 2 B/C groups, untied head."),
