@@ -146,7 +146,8 @@ GRANITE4_SMALL = {"model_type": "granitemoehybrid", **FAMILY_COMMON, **IDS, "num
 GRANITE4_DENSE_SMALL = {**GRANITE4_SMALL, "num_local_experts": 0, "shared_intermediate_size": 688, "mamba_n_groups": 2,
                         "position_embedding_type": "rope"}
 # Mamba-2 scaled down: Mamba-2 blocks only (norm, mixer, residual), 2 B/C groups, residual_in_fp32 (the default) or
-# not (the 16-bit LoRA case: with it the residual stream turns fp32, which trainmem refuses).
+# not (the 16-bit LoRA case: with it the residual stream turns fp32, which trainmem refuses). Mamba2ForCausalLM
+# refuses attn_implementation="sdpa" when asked for it (it has no attention): the cases ask for eager.
 MAMBA2_SMALL = {"model_type": "mamba2", "vocab_size": 32000, "hidden_size": 256, "num_hidden_layers": 4, "num_heads": 8,
                 "head_dim": 64, "state_size": 64, "n_groups": 2, "chunk_size": 64, **IDS}
 # Nemotron-H scaled down: blocks of one kind each from hybrid_override_pattern (M Mamba-2 with 2 B/C groups, - a
@@ -563,12 +564,12 @@ CASES: list[dict[str, Any]] = [
          lora={"r": 16, "target_modules": ["in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]},
          fake=True, description="Nemotron Nano 9B v2 (27 Mamba-2, 4 attention, 25 MLP blocks) LoRA on fake tensors."),
     # ---------------------------------------------------------------- Mamba-2 (pure)
-    case("mamba2-small-fp32-adamw-b2-s256", MAMBA2_SMALL, batch=2, seq=256,
+    case("mamba2-small-fp32-adamw-b2-s256", MAMBA2_SMALL, batch=2, seq=256, attention="eager",
          description="Mamba-2 blocks only: the torch SSD scan (chunk 64), 2 B/C groups, untied head."),
     case("mamba2-small-ampbf16-adamw-ckpt-b2-s200", MAMBA2_SMALL, batch=2, seq=200, precision="amp-bf16",
-         checkpointing="full", description="The scan pads the sequence to the 64-token chunk."),
+         checkpointing="full", attention="eager", description="The scan pads the sequence to the 64-token chunk."),
     case("mamba2-small-bf16-lora-b2-s256", {**MAMBA2_SMALL, "residual_in_fp32": False}, batch=2, seq=256,
-         precision="bf16-pure", lora={"r": 8, "target_modules": ["in_proj"]},
+         precision="bf16-pure", lora={"r": 8, "target_modules": ["in_proj"]}, attention="eager",
          description="LoRA on in_proj (PEFT refuses out_proj and conv1d of Mamba models)."),
     # ---------------------------------------------------------------- Cohere (Command-R)
     case("cohere-small-fp32-adamw-b2-s256", COHERE_SMALL, batch=2, seq=256,

@@ -178,3 +178,11 @@ def test_cuda_assumes_the_fused_kernel_and_says_so():
     cuda = trainmem.estimate({**base, "runtime": {"device": "cuda"}})
     assert cuda.peak_allocated_bytes < cpu.peak_allocated_bytes
     assert any("mamba_ssm" in warning and "not measured" in warning for warning in cuda.warnings)
+
+
+def test_the_inference_cache_of_mamba_layers_is_refused_not_miscounted():
+    from trainmem.inference.kv_cache import layer_cache_shapes
+
+    for config in (GRANITE, NEMOTRON):
+        with pytest.raises(FieldError, match="not modelled yet"):
+            layer_cache_shapes(architecture_from_hf_config(config))
