@@ -138,9 +138,13 @@ class GraniteMoeHybrid(DecoderFamily):
             mlp = blocks.dense_mlp(arch, names, names.mlp, arch.intermediate_size)
         return mixer + mlp + blocks.layer_norms(arch, names)
 
+    def has_rotary_embedding(self, arch: Architecture) -> bool:
+        """``rotary_emb`` (and its inv_freq buffers) exists only when ``position_embedding_type`` is ``"rope"``."""
+        return len(arch.nope_layers) != arch.num_hidden_layers
+
     def rotary_tables_bytes(self, arch: Architecture, seq: int, stream_bytes: int) -> list[int]:
         """No rotary tables unless ``position_embedding_type`` is ``"rope"`` (``rotary_emb`` is None)."""
-        if len(arch.nope_layers) == arch.num_hidden_layers:
+        if not self.has_rotary_embedding(arch):
             return []
         return super().rotary_tables_bytes(arch, seq, stream_bytes)
 

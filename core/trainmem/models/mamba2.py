@@ -95,6 +95,10 @@ class Mamba2(DecoderFamily):
     def layer(self, arch: Architecture) -> list[ParameterTensor]:
         return blocks.norm(self.names.input_norm, arch, arch.hidden_size) + mamba2_tensors(arch, Mamba2Names("mixer"))
 
+    def has_rotary_embedding(self, arch: Architecture) -> bool:
+        """``Mamba2Model`` has no rotary embedding (no inv_freq buffers)."""
+        return False
+
     def rotary_tables_bytes(self, arch: Architecture, seq: int, stream_bytes: int) -> list[int]:
         return []
 

@@ -179,6 +179,10 @@ class NemotronH(DecoderFamily):
             "modules instead, e.g. [in_proj, q_proj, k_proj, v_proj, o_proj, up_proj, down_proj]"
         )
 
+    def has_rotary_embedding(self, arch: Architecture) -> bool:
+        """``NemotronHModel`` has no rotary embedding (no inv_freq buffers)."""
+        return False
+
     def rotary_tables_bytes(self, arch: Architecture, seq: int, stream_bytes: int) -> list[int]:
         """``NemotronHModel`` has no rotary embedding."""
         return []
