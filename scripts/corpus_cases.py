@@ -134,6 +134,27 @@ QWEN3_5_MOE_SMALL = {"model_type": "qwen3_5_moe_text", **{k: v for k, v in FAMIL
                      "moe_intermediate_size": 128, "shared_expert_intermediate_size": 256, "num_experts": 4,
                      "num_experts_per_tok": 2}
 COHERE_SMALL = {"model_type": "cohere", **FAMILY_COMMON, **IDS}
+# Granite 4.0 scaled down: Mamba-2 layers and one attention layer without RoPE ("nope"), each followed by a MoE
+# (Granite's top-k router) with a fused shared MLP; Granite's four multipliers. The dense variant (H Micro's layout)
+# has the shared MLP alone, grouped B/C (2 groups over 8 heads) and RoPE.
+GRANITE4_SMALL = {"model_type": "granitemoehybrid", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4,
+                  "layer_types": ["mamba", "mamba", "attention", "mamba"], "intermediate_size": 128,
+                  "shared_intermediate_size": 256, "num_local_experts": 4, "num_experts_per_tok": 2,
+                  "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_d_state": 64, "mamba_chunk_size": 64,
+                  "position_embedding_type": "nope", "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                  "attention_multiplier": 0.0078125, "logits_scaling": 6.0, "tie_word_embeddings": True}
+GRANITE4_DENSE_SMALL = {**GRANITE4_SMALL, "num_local_experts": 0, "shared_intermediate_size": 688, "mamba_n_groups": 2,
+                        "position_embedding_type": "rope"}
+# Mamba-2 scaled down: Mamba-2 blocks only (norm, mixer, residual), 2 B/C groups, residual_in_fp32 (the default) or
+# not (the 16-bit LoRA case: with it the residual stream turns fp32, which trainmem refuses). Mamba2ForCausalLM
+# refuses attn_implementation="sdpa" when asked for it (it has no attention): the cases ask for eager.
+MAMBA2_SMALL = {"model_type": "mamba2", "vocab_size": 32000, "hidden_size": 256, "num_hidden_layers": 4, "num_heads": 8,
+                "head_dim": 64, "state_size": 64, "n_groups": 2, "chunk_size": 64, **IDS}
+# Nemotron-H scaled down: blocks of one kind each from hybrid_override_pattern (M Mamba-2 with 2 B/C groups, - a
+# relu2 MLP, * attention without position embedding), each a norm, the mixer and a residual add.
+NEMOTRON_H_SMALL = {"model_type": "nemotron_h", **{k: v for k, v in FAMILY_COMMON.items() if k != "num_hidden_layers"},
+                    "hybrid_override_pattern": "M-M*-M", "head_dim": 32, "mamba_num_heads": 8, "mamba_head_dim": 64,
+                    "ssm_state_size": 64, "n_groups": 2, "chunk_size": 64}
 COHERE_QK_NORM_SMALL = {**COHERE_SMALL, "use_qk_norm": True, "tie_word_embeddings": False}
 FALCON_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "multi_query": True, "parallel_attn": True}
 FALCON_NEW_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "num_kv_heads": 2,
@@ -517,6 +538,39 @@ CASES: list[dict[str, Any]] = [
     case("qwen3_5moe-small-ampbf16-adamw-b2-s256", QWEN3_5_MOE_SMALL, batch=2, seq=256, precision="amp-bf16"),
     case("qwen3_5moe-small-bf16-adamw-b2-s512-fake", QWEN3_5_MOE_SMALL, batch=2, seq=512, precision="bf16-pure",
          fake=True, description="On fake tensors (AMP on fake tensors fails in _grouped_mm's dtype check on CPU)."),
+    # ---------------------------------------------------------------- Mamba-2 hybrids (Granite 4.0)
+    case("granite4-small-fp32-adamw-b2-s256", GRANITE4_SMALL, batch=2, seq=256,
+         description="Granite 4.0 hybrid: Mamba-2 (torch SSD scan, chunk 64) and NoPE attention, MoE with a shared MLP."),
+    case("granite4-small-ampbf16-adamw-ckpt-b2-s200", GRANITE4_SMALL, batch=2, seq=200, precision="amp-bf16",
+         checkpointing="full", description="The scan pads the sequence to the 64-token chunk."),
+    case("granite4-small-bf16-lora-all-b2-s256", GRANITE4_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: in_proj, out_proj, q/k/v/o, the shared MLP (no v4 MoE conversion for granitemoe)."),
+    case("granite4dense-small-fp32-adamw-b2-s256", GRANITE4_DENSE_SMALL, batch=2, seq=256,
+         description="Granite 4.0 dense hybrid (H Micro's layout): shared MLP only, 2 B/C groups, RoPE."),
+    case("granite4dense-small-ampbf16-adamw-b1-s512", GRANITE4_DENSE_SMALL, batch=1, seq=512, precision="amp-bf16"),
+    case("granite4-h-tiny-bf16-lora-all-b1-s512-fake", "granite-4.0-h-tiny", batch=1, seq=512, precision="bf16-pure",
+         lora={"r": 16, "target_modules": "all-linear"}, fake=True,
+         description="Granite 4.0 H Tiny (7B: 36 Mamba-2 layers, 4 attention, 64 experts) LoRA all-linear on fake tensors."),
+    # ---------------------------------------------------------------- Mamba-2 hybrids (Nemotron-H)
+    case("nemotronh-small-fp32-adamw-b2-s256", NEMOTRON_H_SMALL, batch=2, seq=256,
+         description="Nemotron-H: Mamba-2, relu2 MLP and attention blocks (M-M*-M), one mixer per block."),
+    case("nemotronh-small-ampbf16-adamw-ckpt-b2-s200", NEMOTRON_H_SMALL, batch=2, seq=200, precision="amp-bf16",
+         checkpointing="full", description="The scan pads the sequence to the 64-token chunk."),
+    case("nemotronh-small-bf16-lora-b2-s256", NEMOTRON_H_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": ["in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]},
+         description="LoRA on every linear PEFT allows for nemotron_h (it refuses out_proj and conv1d, so all-linear)."),
+    case("nemotronh-nano-9b-v2-bf16-lora-b1-s512-fake", "nemotron-nano-9b-v2", batch=1, seq=512, precision="bf16-pure",
+         lora={"r": 16, "target_modules": ["in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]},
+         fake=True, description="Nemotron Nano 9B v2 (27 Mamba-2, 4 attention, 25 MLP blocks) LoRA on fake tensors."),
+    # ---------------------------------------------------------------- Mamba-2 (pure)
+    case("mamba2-small-fp32-adamw-b2-s256", MAMBA2_SMALL, batch=2, seq=256, attention="eager",
+         description="Mamba-2 blocks only: the torch SSD scan (chunk 64), 2 B/C groups, untied head."),
+    case("mamba2-small-ampbf16-adamw-ckpt-b2-s200", MAMBA2_SMALL, batch=2, seq=200, precision="amp-bf16",
+         checkpointing="full", attention="eager", description="The scan pads the sequence to the 64-token chunk."),
+    case("mamba2-small-bf16-lora-b2-s256", {**MAMBA2_SMALL, "residual_in_fp32": False}, batch=2, seq=256,
+         precision="bf16-pure", lora={"r": 8, "target_modules": ["in_proj"]}, attention="eager",
+         description="LoRA on in_proj (PEFT refuses out_proj and conv1d of Mamba models)."),
     # ---------------------------------------------------------------- Cohere (Command-R)
     case("cohere-small-fp32-adamw-b2-s256", COHERE_SMALL, batch=2, seq=256,
          description="Parallel attention and MLP after one bias-free LayerNorm, fp32 interleaved RoPE, logit_scale."),

@@ -53,6 +53,11 @@ PUBLISHED_COUNTS = {
     "falcon-7b": 6_921_720_704,  # card: 7B
     "falcon-40b": 41_303_293_952,  # card: 40B
     "phi-3.5-moe": 41_873_153_344,  # card: 41.9B (16x3.8B)
+    "granite-4.0-h-tiny": 6_939_037_248,  # card: 7B (1B active)
+    "granite-4.0-h-small": 32_207_337_984,  # card: 32B (9B active)
+    "granite-4.0-h-1b": 1_461_538_368,  # card: 1.5B
+    "nemotron-h-8b": 8_100_852_736,  # card: 8B
+    "nemotron-nano-9b-v2": 8_888_227_328,  # card: 9B
 }
 
 REQUIRED_PRESETS = [

@@ -17,6 +17,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import FrozenModel
 from .disentangled import DisentangledAttention
+from .state_space import Mamba2Mixer
 from .errors import FieldError
 from .tasks import TaskKind
 from .text_tower import TextTower
@@ -259,6 +260,16 @@ class Architecture(FrozenModel):
     disentangled: Optional[DisentangledAttention] = Field(
         default=None, description="DeBERTa's disentangled attention and relative position embeddings."
     )
+    mlp_only_layers: tuple[NonNegativeInt, ...] = Field(
+        default=(), description="Layers that are one norm and an MLP with no token mixer (Nemotron-H's '-' blocks)."
+    )
+    layer_mlp_only: bool = Field(default=False, description="Set on an MLP-only layer kind (see layer_kinds).")
+    residual_in_fp32: bool = Field(
+        default=False, description="Mamba-2: each block's residual is cast to fp32 before the add (residual_in_fp32)."
+    )
+    mamba: Optional[Mamba2Mixer] = Field(
+        default=None, description="The Mamba-2 mixer of the layers in linear_attention_layers (state_space.py); None for none."
+    )
     text_tower: Optional[TextTower] = Field(
         default=None, description="CLIP / SigLIP dual encoders: the text tower the contrastive task trains (text_tower.py)."
     )
@@ -351,20 +362,24 @@ class Architecture(FrozenModel):
         sliding = frozenset(self.window_layers())
         linear = frozenset(self.linear_attention_layers)
         bare_first = not self.first_layer_attention_norm
-        if not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first:
+        mlp_only = frozenset(self.mlp_only_layers)
+        if not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first and not mlp_only:
             return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
         dense, nope = frozenset(self.dense_layers), frozenset(self.nope_layers)
-        signatures: dict[tuple[bool, bool, bool, bool, bool], list[int]] = {}
+        signatures: dict[tuple[bool, bool, bool, bool, bool, bool], list[int]] = {}
         for index in range(self.num_hidden_layers):
-            signature = (index in dense, index in nope, index in sliding, index in linear, bare_first and index == 0)
+            signature = (
+                index in dense, index in nope, index in sliding, index in linear, bare_first and index == 0, index in mlp_only
+            )
             signatures.setdefault(signature, []).append(index)
         base = {
             "dense_layers": (), "dense_intermediate_size": None, "nope_layers": (), "sliding_layers": (),
-            "linear_attention_layers": (),
+            "linear_attention_layers": (), "mlp_only_layers": (),
         }
         kinds = []
-        for (is_dense, is_nope, is_sliding, is_linear, is_bare), indices in signatures.items():
+        for (is_dense, is_nope, is_sliding, is_linear, is_bare, is_mlp_only), indices in signatures.items():
             update = dict(base)
+            update["layer_mlp_only"] = is_mlp_only
             update["layer_attention_norm"] = not is_bare
             update["layer_sliding"] = is_sliding
             update["layer_linear_attention"] = is_linear

@@ -658,7 +658,7 @@ def _buffer_bytes(plan: Plan) -> int:
         return 0
     element = DTYPE_BYTES[plan.precision.stored_weight_dtype]
     total = rounded(element, plan.device) if arch.embedding_scale_buffer else 0
-    if arch.position_embedding == "rope":
+    if arch.position_embedding == "rope" and getattr(plan.family, "has_rotary_embedding", lambda _: True)(arch):
         total += arch.rope_sets * 2 * rounded((arch.rotary_dim // 2) * element, plan.device)
     if getattr(plan.family, "final_logits_bias", False):  # BART's (1, V) final_logits_bias buffer
         total += rounded(arch.vocab_size * element, plan.device)

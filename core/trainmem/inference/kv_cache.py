@@ -76,6 +76,10 @@ def layer_cache_shapes(arch: Architecture) -> list[LayerCacheShape]:
     """The cache layout of every decoder layer of ``arch`` (see the module docstring)."""
     if arch.cross_attention:  # an encoder-decoder also caches the cross-attention K/V of the source
         raise FieldError("model", f"the KV cache of an encoder-decoder ({arch.model_type}) is not modelled yet")
+    if arch.linear_attention_layers or arch.mlp_only_layers:  # Gated DeltaNet / Mamba-2 caches hold conv and SSM states
+        raise FieldError(
+            "model", f"the cache of {arch.model_type}'s linear-attention / Mamba-2 layers (conv and recurrent states) is not modelled yet"
+        )
     sliding = frozenset(arch.window_layers())
     shapes = []
     for index in range(arch.num_hidden_layers):
