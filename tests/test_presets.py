@@ -53,6 +53,11 @@ PUBLISHED_COUNTS = {
     "falcon-7b": 6_921_720_704,  # card: 7B
     "falcon-40b": 41_303_293_952,  # card: 40B
     "phi-3.5-moe": 41_873_153_344,  # card: 41.9B (16x3.8B)
+    "glm-4.5-air": 106_852_245_504,  # card: 106B (+ one multi-token-prediction layer, not built by transformers)
+    "glm-4.6": 352_797_814_784,  # card: 355B with its multi-token-prediction layer (not built by transformers)
+    "smollm3-3b": 3_075_098_624,  # card: 3B
+    "seed-oss-36b": 36_151_104_512,  # card: 36B
+    "exaone-4.0-32b": 32_003_216_384,  # card: 32B
 }
 
 REQUIRED_PRESETS = [
