@@ -157,6 +157,12 @@ QWEN2_5_VL_SMALL = {
                       "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
                       "fullatt_block_indexes": [2], "hidden_act": "silu"},
 }
+# GLM-4.5 scaled down (glm4_moe): q/k/v biases, per-head q/k norms, partial rotary (half of each head, then a
+# torch.cat), DeepSeek-V3's sigmoid group-limited router, a dense first layer, one shared expert.
+GLM4_MOE_SMALL = {"model_type": "glm4_moe", **FAMILY_COMMON, **IDS, "head_dim": 32, "moe_intermediate_size": 128,
+                  "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                  "n_shared_experts": 1, "first_k_dense_replace": 1, "use_qk_norm": True, "attention_bias": True,
+                  "partial_rotary_factor": 0.5, "routed_scaling_factor": 2.5}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -377,6 +383,17 @@ CASES: list[dict[str, Any]] = [
     case("qwen3-30b-a3b-bf16-lora-all-ckpt-b1-s1024-fake", "qwen3-30b-a3b", batch=1, seq=1024, precision="bf16-pure",
          lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", fake=True,
          description="Qwen3-30B-A3B LoRA on attention, routers and 128 fused experts per layer."),
+    # ---------------------------------------------------------------- GLM-4.5 MoE (glm4_moe)
+    case("glm4moe-small-fp32-adamw-b2-s256", GLM4_MOE_SMALL, batch=2, seq=256,
+         description="GLM-4.5 layout: partial rotary with its torch.cat, q/k norms, sigmoid router, shared expert."),
+    case("glm4moe-small-ampbf16-adamw-eager-b2-s256", GLM4_MOE_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager"),
+    case("glm4moe-small-ampbf16-adamw-ckpt-b2-s512", GLM4_MOE_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full"),
+    case("glm4moe-small-bf16-lora-all-b2-s256", GLM4_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear with PEFT's Qwen2-MoE conversion: router and fused experts adapted too."),
+    case("glm4moe-small-bf16-adamw-b2-s256-fake", GLM4_MOE_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
     # ---------------------------------------------------------------- multi-head latent attention (DeepSeek)
     case("deepseek3-small-fp32-adamw-b2-s256", DEEPSEEK_V3_SMALL, batch=2, seq=256,
          description="MLA (q and kv latents, different q/k and v head dims: CPU SDPA runs its math path), "
