@@ -157,6 +157,11 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "model_type": "exaone4", **SMALL, "intermediate_size": 96, "head_dim": 32, "sliding_window": None,
         "layer_types": ["full_attention"] * 3,
     },
+    "ernie4_5": {"model_type": "ernie4_5", **SMALL, "intermediate_size": 96, "head_dim": 32},
+    "ernie4_5-biases-untied": {
+        "model_type": "ernie4_5", **SMALL, "intermediate_size": 96, "head_dim": None, "use_bias": True,
+        "tie_word_embeddings": False,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 
