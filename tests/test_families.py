@@ -162,6 +162,15 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "model_type": "ernie4_5", **SMALL, "intermediate_size": 96, "head_dim": None, "use_bias": True,
         "tie_word_embeddings": False,
     },
+    "ernie4_5_moe": {
+        "model_type": "ernie4_5_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32, "moe_num_experts": 4,
+        "moe_k": 2,
+    },
+    "ernie4_5_moe-biases-interval-no-shared": {
+        "model_type": "ernie4_5_moe", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "moe_num_experts": 4, "moe_k": 2, "use_bias": True, "tie_word_embeddings": False, "moe_layer_interval": 2,
+        "moe_num_shared_experts": 0, "head_dim": 32,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 

@@ -54,6 +54,7 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "qwen3_5_moe_text": ("qwen3_5", "Qwen3_5MoeText"),
     "cohere": ("cohere", "Cohere"),
     "ernie4_5": ("ernie4_5", "Ernie4_5"),
+    "ernie4_5_moe": ("ernie4_5_moe", "Ernie4_5Moe"),
     "exaone4": ("exaone4", "Exaone4"),
     "seed_oss": ("seed_oss", "SeedOss"),
     "falcon": ("falcon", "Falcon"),
