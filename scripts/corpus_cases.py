@@ -178,6 +178,26 @@ QWEN2_5_VL_SMALL = {
                       "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
                       "fullatt_block_indexes": [2], "hidden_act": "silu"},
 }
+# GLM-4.5 scaled down (glm4_moe): q/k/v biases, per-head q/k norms, partial rotary (half of each head, then a
+# torch.cat), DeepSeek-V3's sigmoid group-limited router, a dense first layer, one shared expert.
+GLM4_MOE_SMALL = {"model_type": "glm4_moe", **FAMILY_COMMON, **IDS, "head_dim": 32, "moe_intermediate_size": 128,
+                  "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                  "n_shared_experts": 1, "first_k_dense_replace": 1, "use_qk_norm": True, "attention_bias": True,
+                  "partial_rotary_factor": 0.5, "routed_scaling_factor": 2.5}
+# SmolLM3 scaled down: every 4th layer NoPE (layer 3 of 4), tied embeddings; the window variant sends the NoPE
+# layer through a 128-token sliding window (use_sliding_window).
+SMOLLM3_SMALL = {"model_type": "smollm3", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4}
+SMOLLM3_WINDOW_SMALL = {**SMOLLM3_SMALL, "use_sliding_window": True, "sliding_window": 128}
+# OLMo 3 scaled down: OLMo 2's post-norm layer, three sliding-window layers (128 tokens) and one full layer.
+OLMO3_SMALL = {"model_type": "olmo3", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "sliding_window": 128}
+# Seed-OSS scaled down: q/k/v biases, head_dim 32, the class's dropouts (attention 0.1: CPU SDPA's math path; residual
+# 0.1 after o_proj and down_proj).
+SEED_OSS_SMALL = {"model_type": "seed_oss", **FAMILY_COMMON, **IDS, "head_dim": 32}
+# EXAONE 4.0 scaled down: post-norm, per-head q/k norms, three sliding RoPE layers (128 tokens) and a global NoPE layer.
+EXAONE4_SMALL = {"model_type": "exaone4", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
+                 "sliding_window": 128}
+# ERNIE 4.5 dense scaled down: head_dim 32, tied embeddings, the fp32 interleaved RoPE of its own.
+ERNIE4_5_SMALL = {"model_type": "ernie4_5", **FAMILY_COMMON, **IDS, "head_dim": 32}
 GPT2_ATTENTION = ["c_attn"]
 LLAMA_ATTENTION = ["q_proj", "v_proj"]
 
@@ -398,6 +418,45 @@ CASES: list[dict[str, Any]] = [
     case("qwen3-30b-a3b-bf16-lora-all-ckpt-b1-s1024-fake", "qwen3-30b-a3b", batch=1, seq=1024, precision="bf16-pure",
          lora={"r": 16, "target_modules": "all-linear"}, checkpointing="full", fake=True,
          description="Qwen3-30B-A3B LoRA on attention, routers and 128 fused experts per layer."),
+    # ---------------------------------------------------------------- GLM-4.5 MoE (glm4_moe)
+    case("glm4moe-small-fp32-adamw-b2-s256", GLM4_MOE_SMALL, batch=2, seq=256,
+         description="GLM-4.5 layout: partial rotary with its torch.cat, q/k norms, sigmoid router, shared expert."),
+    case("glm4moe-small-ampbf16-adamw-eager-b2-s256", GLM4_MOE_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager"),
+    case("glm4moe-small-ampbf16-adamw-ckpt-b2-s512", GLM4_MOE_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full"),
+    case("glm4moe-small-bf16-lora-all-b2-s256", GLM4_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear with PEFT's Qwen2-MoE conversion: router and fused experts adapted too."),
+    case("glm4moe-small-bf16-adamw-b2-s256-fake", GLM4_MOE_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    # ---------------------------------------------------------------- SmolLM3 (NoPE layers) and OLMo 3 (sliding window)
+    case("smollm3-small-fp32-adamw-b2-s256", SMOLLM3_SMALL, batch=2, seq=256,
+         description="SmolLM3 layout: a NoPE layer (no rotated q/k) among RoPE layers, tied embeddings."),
+    case("smollm3-small-ampbf16-adamw-ckpt-b2-s512", SMOLLM3_WINDOW_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full", description="use_sliding_window: the NoPE layer attends through a 128-token window."),
+    case("smollm3-small-bf16-lora-all-b2-s256", SMOLLM3_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    case("smollm3-small-bf16-adamw-b2-s256-fake", SMOLLM3_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    case("olmo3-small-fp32-adamw-b2-s256", OLMO3_SMALL, batch=2, seq=256,
+         description="OLMo 3 layout: post-norm, q/k norms over the projections, sliding layers and a full layer."),
+    case("olmo3-small-ampbf16-adamw-ckpt-b2-s512", OLMO3_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full"),
+    case("olmo3-small-bf16-lora-all-b2-s256", OLMO3_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    case("olmo3-small-bf16-adamw-b2-s256-fake", OLMO3_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    # ---------------------------------------------------------------- Seed-OSS and EXAONE 4.0
+    case("seedoss-small-fp32-adamw-b2-s256", SEED_OSS_SMALL, batch=2, seq=256,
+         description="Seed-OSS layout with its default dropouts: attention dropout sends CPU SDPA to its math path."),
+    case("exaone4-small-fp32-adamw-b2-s256", EXAONE4_SMALL, batch=2, seq=256,
+         description="EXAONE 4.0 layout: post-norm, q/k norms, sliding RoPE layers and a global NoPE layer."),
+    # ---------------------------------------------------------------- ERNIE 4.5 (dense)
+    case("ernie45-small-fp32-adamw-b2-s256", ERNIE4_5_SMALL, batch=2, seq=256,
+         description="ERNIE 4.5 layout: fp32 RoPE with per-layer repeat_interleave'd tables and an interleaved rotation."),
+    case("ernie45-small-ampbf16-adamw-b2-s256", ERNIE4_5_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="Under autocast q and k are bf16: RoPE makes fp32 copies and casts back."),
+    case("ernie45-small-bf16-lora-all-ckpt-b2-s256", ERNIE4_5_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}, checkpointing="full"),
+    case("ernie45-small-bf16-adamw-b2-s256-fake", ERNIE4_5_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
     # ---------------------------------------------------------------- multi-head latent attention (DeepSeek)
     case("deepseek3-small-fp32-adamw-b2-s256", DEEPSEEK_V3_SMALL, batch=2, seq=256,
          description="MLA (q and kv latents, different q/k and v head dims: CPU SDPA runs its math path), "

@@ -131,6 +131,46 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "tie_word_embeddings": False,
     },
     "falcon-serial": {"model_type": "falcon", **SMALL, "multi_query": False, "parallel_attn": False, "ffn_hidden_size": 96},
+    "glm4_moe": {
+        "model_type": "glm4_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 4,
+        "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+    },
+    "glm4_moe-qk-norm-bias-groups": {
+        "model_type": "glm4_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 4,
+        "num_experts_per_tok": 2, "use_qk_norm": True, "attention_bias": True, "head_dim": 32, "n_shared_experts": 2,
+        "n_group": 2, "topk_group": 1, "partial_rotary_factor": 0.25,
+    },
+    "smollm3": {"model_type": "smollm3", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96},
+    "smollm3-untied-biases-window": {
+        "model_type": "smollm3", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "tie_word_embeddings": False,
+        "attention_bias": True, "mlp_bias": True, "use_sliding_window": True, "sliding_window": 16,
+        "no_rope_layers": [1, 0, 1, 0],
+    },
+    "olmo3": {"model_type": "olmo3", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96},
+    "seed_oss": {"model_type": "seed_oss", **SMALL, "intermediate_size": 96, "head_dim": 32},
+    "seed_oss-biases": {
+        "model_type": "seed_oss", **SMALL, "intermediate_size": 96, "head_dim": 16, "attention_out_bias": True,
+        "mlp_bias": True,
+    },
+    "exaone4": {"model_type": "exaone4", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "sliding_window": 16},
+    "exaone4-global-only": {
+        "model_type": "exaone4", **SMALL, "intermediate_size": 96, "head_dim": 32, "sliding_window": None,
+        "layer_types": ["full_attention"] * 3,
+    },
+    "ernie4_5": {"model_type": "ernie4_5", **SMALL, "intermediate_size": 96, "head_dim": 32},
+    "ernie4_5-biases-untied": {
+        "model_type": "ernie4_5", **SMALL, "intermediate_size": 96, "head_dim": None, "use_bias": True,
+        "tie_word_embeddings": False,
+    },
+    "ernie4_5_moe": {
+        "model_type": "ernie4_5_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32, "moe_num_experts": 4,
+        "moe_k": 2,
+    },
+    "ernie4_5_moe-biases-interval-no-shared": {
+        "model_type": "ernie4_5_moe", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "moe_num_experts": 4, "moe_k": 2, "use_bias": True, "tie_word_embeddings": False, "moe_layer_interval": 2,
+        "moe_num_shared_experts": 0, "head_dim": 32,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
     "granitemoehybrid": {
         "model_type": "granitemoehybrid", **SMALL, "num_hidden_layers": 4, "intermediate_size": 32,

@@ -58,6 +58,11 @@ PUBLISHED_COUNTS = {
     "granite-4.0-h-1b": 1_461_538_368,  # card: 1.5B
     "nemotron-h-8b": 8_100_852_736,  # card: 8B
     "nemotron-nano-9b-v2": 8_888_227_328,  # card: 9B
+    "glm-4.5-air": 106_852_245_504,  # card: 106B (+ one multi-token-prediction layer, not built by transformers)
+    "glm-4.6": 352_797_814_784,  # card: 355B with its multi-token-prediction layer (not built by transformers)
+    "smollm3-3b": 3_075_098_624,  # card: 3B
+    "seed-oss-36b": 36_151_104_512,  # card: 36B
+    "exaone-4.0-32b": 32_003_216_384,  # card: 32B
 }
 
 REQUIRED_PRESETS = [
