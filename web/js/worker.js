@@ -11,8 +11,14 @@
 //    emscripten's dynamic loader as already loaded (Module.preloadedWasm, the same table its
 //    own preload plugin fills: registerWasmPlugin in pyodide.asm.mjs), so Python's import of it
 //    compiles nothing; a meta-path finder maps the module's name to its file;
+//  * both WebAssembly files, Pyodide's runtime and pydantic-core's, are stored as .wasm.gz and
+//    decompressed as they download (web/js/stored.js fetchWasm); the runtime's download starts
+//    here too, and Pyodide's loader, which fetches pyodide.asm.wasm itself, is answered with it
+//    (stored.js answerFetch);
 //  * loadPyodide gets the lock file's `info` inline (lockFileContents), so it neither fetches nor
 //    parses pyodide-lock.json: the page loads no package by name.
+
+import { answerFetch, fetchWasm } from "./stored.js";
 
 // Pyodide's loader is imported when the boot message comes, after the other downloads have started
 // (a static import would hold this module, and so the boot message, until it had loaded).
@@ -32,7 +38,7 @@ async function fetchOk(url) {
 
 /** A WebAssembly module compiled while it downloads (from its bytes when the type is not application/wasm). */
 async function compileNative(url) {
-  const response = await fetchOk(url);
+  const response = await fetchWasm(url);
   const bytes = response.clone().arrayBuffer();
   try {
     return { wasm: await WebAssembly.compileStreaming(response), bytes: new Uint8Array(await bytes) };
@@ -74,13 +80,16 @@ async function boot({ modules, python }) {
   progress("runtime", 0.05, "Loading Python (Pyodide)…");
   const base = new URL("../", import.meta.url);
   if (!python) throw new Error("this page's engine configuration has no python bundle (rebuild the site)");
-  // Every download at once: the bundle, the extensions (compiled as they arrive), the page's modules.
+  // Every download at once: the runtime, the bundle, the extensions (compiled as they arrive), the page's modules.
+  const runtimeWasm = new URL("pyodide/pyodide.asm.wasm", base);
+  const runtime = fetchWasm(runtimeWasm);
+  answerFetch(runtimeWasm, runtime); // Pyodide's loader fetches it itself (stored.js)
   const bundle = fetchOk(new URL(python.zip, base)).then((response) => response.arrayBuffer());
   const natives = python.native.map((lib) => compileNative(new URL(lib.url, base)).then((compiled) => ({ ...lib, ...compiled })));
   const sources = Promise.all(
     modules.map(async (path) => [path.split("/").pop(), await (await fetchOk(new URL(path, base))).text()]),
   );
-  for (const pending of [bundle, sources, ...natives]) pending.catch(() => {}); // awaited below
+  for (const pending of [runtime, bundle, sources, ...natives]) pending.catch(() => {}); // awaited below
   const { loadPyodide } = await pyodideLoader();
   let sitePackages = null;
   // PYDANTIC_DISABLE_PLUGINS: pydantic otherwise scans every installed distribution's entry points
