@@ -22,7 +22,9 @@ From a clean checkout, touching the network only through the package registries:
   6. computes the default setup's report with CPython (the same web/py/trainmem_web.py the
      browser runs) and renders it into the HTML (web/tools/prerender.mjs), so the first paint
      shows a real result before Pyodide has loaded;
-  7. writes the build's version into the service worker (sw.js: the site works offline after the
+  7. stores the WebAssembly files gzip-compressed (X.wasm as X.wasm.gz: store_compressed; the
+     worker decompresses them as they download, web/js/stored.js);
+  8. writes the build's version into the service worker (sw.js: the site works offline after the
      first visit, one cache per build) and manifest.json: the sha256 and size of every file.
 Nothing on the page is loaded from a CDN: everything it fetches is a file of _site/.
 """
@@ -307,6 +309,24 @@ PYTHON_ZIP = f"{PYTHON_FOLDER}/site-packages.zip"
 # Inside a wheel, files nothing running imports: typing stubs, their marker, software bills of materials.
 UNUSED_IN_BROWSER = (".pyi", "/py.typed")
 UNUSED_FOLDERS_IN_BROWSER = ("/sboms/",)
+# Files the page never reads (issue 14, size; prefixes): the measured corpora, which only
+# `trainmem validate` reads (trainmem/validate.py, trainmem/inference/validate.py), and pydantic's
+# mypy plugin (a type checker's, never imported at run time).
+UNUSED_FILES_IN_BROWSER = ("trainmem/data/corpus", "pydantic/mypy.")
+
+
+def _page_needs(name: str, files: dict[str, bytes]) -> bool:
+    """False for a module's source when its bytecode is in the bundle too: zipimport runs the .pyc
+    (an unchecked-hash pyc, PEP 552, precompile.mjs) and the source would only give tracebacks
+    their lines. The wheels keep their sources (tests/pyodide runs the core's tests on them)."""
+    return not (name.endswith(".py") and f"{name}c" in files)
+
+
+def _metadata_headers(data: bytes) -> bytes:
+    """A METADATA file's headers without its description (the body after the first blank line:
+    the core metadata specification): importlib.metadata reads names and versions from the
+    headers; the description is trainmem's whole README."""
+    return data.split(b"\n\n", 1)[0] + b"\n"
 
 
 def _legacy_pyc_name(name: str) -> str:
@@ -335,7 +355,8 @@ def bundle_python(site: Path, wheels: list[Path]) -> dict:
     for wheel in sorted(wheels):
         with zipfile.ZipFile(wheel) as archive:
             for name in archive.namelist():
-                if name.endswith("/") or name.endswith(UNUSED_IN_BROWSER) or any(f in name for f in UNUSED_FOLDERS_IN_BROWSER):
+                if (name.endswith("/") or name.endswith(UNUSED_IN_BROWSER) or name.startswith(UNUSED_FILES_IN_BROWSER)
+                        or any(f in name for f in UNUSED_FOLDERS_IN_BROWSER)):
                     continue
                 data = archive.read(name)
                 if name.endswith(".so"):
@@ -344,7 +365,10 @@ def bundle_python(site: Path, wheels: list[Path]) -> dict:
                     (site / url).write_bytes(data)
                     native.append({"url": url, "path": name, "module": module})
                     continue
+                if name.endswith(".dist-info/METADATA"):
+                    data = _metadata_headers(data)
                 files[_legacy_pyc_name(name) if "/__pycache__/" in name else name] = data
+    files = {name: data for name, data in files.items() if _page_needs(name, files)}
     with zipfile.ZipFile(site / PYTHON_ZIP, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as bundle:
         for name, data in sorted(files.items()):
             entry = zipfile.ZipInfo(name, date_time=EPOCH)

@@ -82,7 +82,8 @@ def test_bundle_python_puts_pure_files_in_one_zip_and_extensions_beside_it(tmp_p
         "pkg/__pycache__/mod.cpython-314.pyc": b"PYC-MOD",
         "pkg/mod.py": b"x = 1\n",
         "pkg/py.typed": b"",
-        "pkg-1.0.dist-info/METADATA": b"Name: pkg\n",
+        "pkg-1.0.dist-info/METADATA": b"Name: pkg\nVersion: 1.0\n\nThe long description.\n",
+        "pkg/data/corpus.jsonl": b"{}",
     })
     native = _wheel(tmp_path / "ext-2.0-cp314-cp314-pyemscripten_2026_0_wasm32.whl", {
         "ext/__init__.pyc": b"PYC-EXT",
@@ -105,10 +106,12 @@ def test_bundle_python_puts_pure_files_in_one_zip_and_extensions_beside_it(tmp_p
     }
     assert (site / "python" / "ext._ext.wasm").read_bytes() == b"\0asm-the-library"
     with zipfile.ZipFile(site / "python" / "site-packages.zip") as archive:
-        # zipimport reads bytecode only from beside the source, so __pycache__'s pycs move there.
+        # zipimport reads bytecode only from beside the source, so __pycache__'s pycs move there,
+        # and with its bytecode there a module's source is left out; so is a METADATA's description.
         assert sorted(archive.namelist()) == ["ext-2.0.dist-info/RECORD", "ext/__init__.pyc", "pkg-1.0.dist-info/METADATA",
-                                              "pkg/__init__.py", "pkg/__init__.pyc", "pkg/mod.py", "pkg/mod.pyc"]
+                                              "pkg/__init__.pyc", "pkg/data/corpus.jsonl", "pkg/mod.pyc"]
         assert archive.read("pkg/mod.pyc") == b"PYC-MOD"
+        assert archive.read("pkg-1.0.dist-info/METADATA") == b"Name: pkg\nVersion: 1.0\n"
     first = (site / "python" / "site-packages.zip").read_bytes()
     build_site.bundle_python(site, [pure, native])
     assert (site / "python" / "site-packages.zip").read_bytes() == first  # reproducible
