@@ -17,12 +17,14 @@ From a clean checkout, touching the network only through the package registries:
      Pyodide's own interpreter under Node (web/tools/precompile.mjs), so that the browser does
      not compile Python source on every visit (seconds on a small machine), then bundles them
      for the page (python/: every pure-Python file in one zip that the worker puts on sys.path,
-     and pydantic-core's WebAssembly library as a .wasm it compiles while Pyodide loads; the
-     wheels stay in wheels/ for the Node tests, and the service worker does not cache them);
+     and pydantic-core's WebAssembly library as a .wasm it compiles while Pyodide loads); the
+     wheels themselves go to .cache/site-wheels/ for the Node tests (tests/pyodide), not to _site;
   6. computes the default setup's report with CPython (the same web/py/trainmem_web.py the
      browser runs) and renders it into the HTML (web/tools/prerender.mjs), so the first paint
      shows a real result before Pyodide has loaded;
-  7. writes the build's version into the service worker (sw.js: the site works offline after the
+  7. stores the WebAssembly files gzip-compressed (X.wasm as X.wasm.gz: store_compressed; the
+     worker decompresses them as they download, web/js/stored.js);
+  8. writes the build's version into the service worker (sw.js: the site works offline after the
      first visit, one cache per build) and manifest.json: the sha256 and size of every file.
 Nothing on the page is loaded from a CDN: everything it fetches is a file of _site/.
 """
@@ -45,6 +47,9 @@ ROOT = Path(__file__).resolve().parent
 WEB = ROOT / "web"
 NODE_MODULES = WEB / "node_modules"
 CACHE = ROOT / ".cache" / "pyodide-wheels"
+# The wheels of the latest build (bytecode and all), out of the site: the page loads python/,
+# made from exactly these (bundle_python); tests/pyodide runs them under Node.
+SITE_WHEELS = ROOT / ".cache" / "site-wheels"
 
 # The setup the page opens with (and pre-renders): a common full fine-tune on one node.
 DEFAULT_SETUP = {
@@ -95,16 +100,17 @@ TRAINER_FILE_CASES = [
     {"broken.yaml": "a: [1, 2\n"},
 ]
 
-# Pyodide's core: the files loadPyodide() fetches (no packages from its CDN index are used).
-PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
+# Pyodide's core: the files loadPyodide() fetches (no packages from its CDN index are used). Not
+# pyodide-lock.json: the worker passes the lock's `info` inline (lockFileContents), so nothing
+# fetches it (pyodide.mjs initializeConfiguration reads indexURL + "pyodide-lock.json" only
+# when lockFileContents is not given).
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip")
 PYODIDE_PLATFORM = ("--platform", "pyemscripten_2026_0_wasm32", "--python-version", "3.14", "--implementation", "cp", "--abi", "cp314")
 VENDOR_FILES = {
     "chart.umd.min.js": "chart.js/dist/chart.umd.min.js",
     "chartjs-plugin-annotation.min.js": "chartjs-plugin-annotation/dist/chartjs-plugin-annotation.min.js",
 }
 STATIC = ("index.html", "embed.html", "favicon.svg", "sw.js", "css", "js", "py")
-# Kept in _site for the Node tests (tests/pyodide) and for pip; the page loads python/ instead.
-NOT_FETCHED_BY_THE_PAGE = ("wheels/",)
 SERVICE_WORKER = "sw.js"  # its @SITE_VERSION@ becomes the build's version (see stamp_service_worker)
 
 # Only this site's own origin; Pyodide's WebAssembly needs 'wasm-unsafe-eval' to compile.
@@ -297,13 +303,30 @@ def pure_python_wheels(destination: Path) -> list[Path]:
 # Where the page's Python code is served from (issue 14, start-up): one zip of every pure-Python
 # file of the wheels, put on sys.path as it is (zipimport), and each WebAssembly extension as a
 # .wasm file of its own (a static host serves application/wasm compressed, and the worker compiles
-# it while Pyodide's runtime loads). The wheels stay in wheels/ for the Node tests; the page does
-# not fetch them.
+# it while Pyodide's runtime loads). The wheels go to SITE_WHEELS for the Node tests, out of the site.
 PYTHON_FOLDER = "python"
 PYTHON_ZIP = f"{PYTHON_FOLDER}/site-packages.zip"
 # Inside a wheel, files nothing running imports: typing stubs, their marker, software bills of materials.
 UNUSED_IN_BROWSER = (".pyi", "/py.typed")
 UNUSED_FOLDERS_IN_BROWSER = ("/sboms/",)
+# Files the page never reads (issue 14, size; prefixes): the measured corpora, which only
+# `trainmem validate` reads (trainmem/validate.py, trainmem/inference/validate.py), and pydantic's
+# mypy plugin (a type checker's, never imported at run time).
+UNUSED_FILES_IN_BROWSER = ("trainmem/data/corpus", "pydantic/mypy.")
+
+
+def _page_needs(name: str, files: dict[str, bytes]) -> bool:
+    """False for a module's source when its bytecode is in the bundle too: zipimport runs the .pyc
+    (an unchecked-hash pyc, PEP 552, precompile.mjs) and the source would only give tracebacks
+    their lines. The wheels keep their sources (tests/pyodide runs the core's tests on them)."""
+    return not (name.endswith(".py") and f"{name}c" in files)
+
+
+def _metadata_headers(data: bytes) -> bytes:
+    """A METADATA file's headers without its description (the body after the first blank line:
+    the core metadata specification): importlib.metadata reads names and versions from the
+    headers; the description is trainmem's whole README."""
+    return data.split(b"\n\n", 1)[0] + b"\n"
 
 
 def _legacy_pyc_name(name: str) -> str:
@@ -332,7 +355,8 @@ def bundle_python(site: Path, wheels: list[Path]) -> dict:
     for wheel in sorted(wheels):
         with zipfile.ZipFile(wheel) as archive:
             for name in archive.namelist():
-                if name.endswith("/") or name.endswith(UNUSED_IN_BROWSER) or any(f in name for f in UNUSED_FOLDERS_IN_BROWSER):
+                if (name.endswith("/") or name.endswith(UNUSED_IN_BROWSER) or name.startswith(UNUSED_FILES_IN_BROWSER)
+                        or any(f in name for f in UNUSED_FOLDERS_IN_BROWSER)):
                     continue
                 data = archive.read(name)
                 if name.endswith(".so"):
@@ -341,7 +365,10 @@ def bundle_python(site: Path, wheels: list[Path]) -> dict:
                     (site / url).write_bytes(data)
                     native.append({"url": url, "path": name, "module": module})
                     continue
+                if name.endswith(".dist-info/METADATA"):
+                    data = _metadata_headers(data)
                 files[_legacy_pyc_name(name) if "/__pycache__/" in name else name] = data
+    files = {name: data for name, data in files.items() if _page_needs(name, files)}
     with zipfile.ZipFile(site / PYTHON_ZIP, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as bundle:
         for name, data in sorted(files.items()):
             entry = zipfile.ZipInfo(name, date_time=EPOCH)
@@ -350,6 +377,33 @@ def bundle_python(site: Path, wheels: list[Path]) -> dict:
             bundle.writestr(entry, data)
     lock_info = json.loads((NODE_MODULES / "pyodide" / "pyodide-lock.json").read_text())["info"]
     return {"zip": PYTHON_ZIP, "native": native, "lock_info": lock_info}
+
+
+# --------------------------------------------------------------------------- stored compressed
+
+
+# The WebAssembly files are stored gzip-compressed (issue 14, size): X.wasm is written as X.wasm.gz
+# and the worker decompresses it with the browser's DecompressionStream (web/js/stored.js) into a
+# Response of type application/wasm that it compiles as it arrives. A static host may or may not
+# compress application/wasm on the fly (GitHub Pages' documentation does not promise it); a .gz
+# file it serves as it is (application/gzip, no Content-Encoding), so the download is small
+# whatever the host does, and the site is smaller on disk. gzip level 9, mtime 0 and no file name
+# in the header: the same bytes in give the same bytes out.
+STORED_COMPRESSED_SUFFIXES = (".wasm",)
+STORED_SUFFIX = ".gz"
+
+
+def store_compressed(site: Path) -> dict[str, str]:
+    """Replace each .wasm of the site by its .wasm.gz; returns {original path: stored path}."""
+    import gzip
+
+    stored = {}
+    for path in sorted(p for p in site.rglob("*") if p.is_file() and p.name.endswith(STORED_COMPRESSED_SUFFIXES)):
+        target = path.with_name(path.name + STORED_SUFFIX)
+        target.write_bytes(gzip.compress(path.read_bytes(), compresslevel=9, mtime=0))
+        path.unlink()
+        stored[path.relative_to(site).as_posix()] = target.relative_to(site).as_posix()
+    return stored
 
 
 # --------------------------------------------------------------------------- page data
@@ -415,8 +469,13 @@ def write_manifest(site: Path, data: dict) -> dict:
         "pyodide": json.loads((NODE_MODULES / "pyodide" / "package.json").read_text())["version"],
         "total_bytes": sum(entry["bytes"] for entry in files.values()),
         "files": files,
-        # What the service worker caches: every file but those the page never fetches.
-        "cache_files": [path for path in files if not path.startswith(NOT_FETCHED_BY_THE_PAGE)],
+        # Files stored compressed (store_compressed): the service worker caches each decompressed
+        # under its original path too, where the browser's WebAssembly code cache can keep it.
+        "stored_compressed": data.get("stored_compressed", {}),
+        # The page's Python bundle (bundle_python), for a runner that loads the site as the page does.
+        "python": data.get("python"),
+        # What the service worker caches: every file of the site (the page fetches each of them).
+        "cache_files": list(files),
     }
     (site / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -493,7 +552,13 @@ def build(site: Path) -> dict:
         path = staging / page
         path.write_text(path.read_text(encoding="utf-8").replace(EARLY_BOOT_PLACEHOLDER, early_boot), encoding="utf-8")
 
-    manifest = write_manifest(staging, data)
+    log("storing the WebAssembly files gzip-compressed (.wasm.gz)")
+    stored = store_compressed(staging)
+    log(f"the wheels, for the Node tests: {SITE_WHEELS.relative_to(ROOT)}/ (not in the site)")
+    shutil.rmtree(SITE_WHEELS, ignore_errors=True)
+    SITE_WHEELS.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(wheels_dir, SITE_WHEELS)
+    manifest = write_manifest(staging, {**data, "stored_compressed": stored})
     shutil.rmtree(site, ignore_errors=True)
     staging.rename(site)
     log(f"{site.relative_to(ROOT) if site.is_relative_to(ROOT) else site}: {len(manifest['files'])} files, "
@@ -515,8 +580,9 @@ def is_stale(site: Path) -> bool:
 # --------------------------------------------------------------------------- serve
 
 
-# Types a static host such as GitHub Pages sends gzip-compressed (assumed, wasm included: the
-# figures of benchmarks/bench_site.py count these bytes); wheels and zips are compressed already.
+# Types a static host such as GitHub Pages sends gzip-compressed (assumed: the figures of
+# benchmarks/bench_site.py count these bytes); zips and the .wasm.gz files (store_compressed)
+# are compressed already and are sent as they are, as application/gzip, as such a host sends a .gz.
 COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "application/wasm", "image/svg+xml")
 
 
@@ -535,6 +601,7 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         ".svg": "image/svg+xml",
         ".whl": "application/zip",
         ".zip": "application/zip",
+        ".gz": "application/gzip",  # as it is: no Content-Encoding (mimetypes would say wasm + gzip)
         ".md": "text/markdown",
     }
 

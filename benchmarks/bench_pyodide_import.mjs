@@ -10,14 +10,16 @@
 //   node bench_pyodide_import.mjs profile SITE_DIR SOURCES_DIR SETUP.json
 //       the same under cProfile (the npm package's Pyodide, whose standard library has cProfile)
 //   node bench_pyodide_import.mjs measure SITE_DIR SOURCES_DIR SETUP.json
-//       a fresh Pyodide (SITE_DIR/pyodide: the built site's runtime and pruned, precompiled
-//       standard library), the site's wheels except trainmem (loadPackage, then the modules it
-//       imported dropped from sys.modules), SOURCES_DIR copied into the in-memory file system (as
-//       loadPackage unpacks a wheel); prints one JSON line:
+//       a fresh Pyodide (SITE_DIR/pyodide: the built site's runtime, from its .wasm.gz, and pruned,
+//       precompiled standard library), the build's wheels except trainmem (loadPackage, from
+//       .cache/site-wheels/: build_site.py keeps them out of the site), SOURCES_DIR copied
+//       into the in-memory file system (as loadPackage unpacks a wheel); prints one JSON line:
 //       seconds (wall clock) and CPU seconds of this process for the import and the first compute
 
-import { readFileSync, readdirSync, statSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
+import { gunzipSync } from "node:zlib";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
@@ -25,9 +27,21 @@ const repo = resolve(here, "..");
 const { loadPyodide } = await import(pathToFileURL(join(repo, "web", "node_modules", "pyodide", "pyodide.mjs")).href);
 
 const [mode, site, sources, setupPath] = process.argv.slice(2);
+const siteWheels = join(repo, ".cache", "site-wheels"); // build_site.py SITE_WHEELS
+
+/** The site's pyodide/ as Node's loader reads it: X.gz (build_site.py store_compressed) decompressed. */
+function siteRuntime() {
+  const folder = mkdtempSync(join(tmpdir(), "trainmem-bench-pyodide-"));
+  for (const name of readdirSync(join(site, "pyodide"))) {
+    if (name.endsWith(".gz")) writeFileSync(join(folder, name.slice(0, -3)), gunzipSync(readFileSync(join(site, "pyodide", name))));
+    else copyFileSync(join(site, "pyodide", name), join(folder, name));
+  }
+  return `${folder}/`;
+}
 // Compiling needs the whole standard library (compileall): the npm package's; measuring, the site's.
 const pyodide = await loadPyodide({
-  indexURL: mode === "compile" || mode === "profile" ? undefined : `${resolve(site, "pyodide")}/`,
+  indexURL: mode === "compile" || mode === "profile" ? undefined : siteRuntime(),
+  ...(mode === "measure" && { lockFileURL: join(repo, "web", "node_modules", "pyodide", "pyodide-lock.json") }),
   env: {
     PYDANTIC_DISABLE_PLUGINS: "__all__",
     HOME: "/home/pyodide",
@@ -46,9 +60,9 @@ ok = compileall.compile_dir("/sources", quiet=1, invalidation_mode=py_compile.Py
 assert ok, "compileall failed"
 `);
 } else if (mode === "measure" || mode === "profile") {
-  const wheels = readdirSync(join(site, "wheels"))
+  const wheels = readdirSync(siteWheels)
     .filter((name) => name.endsWith(".whl") && !name.startsWith("trainmem-"))
-    .map((name) => resolve(site, "wheels", name));
+    .map((name) => resolve(siteWheels, name));
   const failures = [];
   // The page installs no wheel (its worker puts one zip on sys.path): what loadPackage imports to
   // unpack these (tarfile, importlib.metadata, ...) is forgotten again, so the import below pays for

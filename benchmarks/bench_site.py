@@ -10,6 +10,9 @@ SiteHandler) and drives Debian's Chromium with Playwright:
   * navigation to interactive (Pyodide loaded, trainmem imported; the form's setup computed, unless it
     is the default whose build-time result is on screen: then its compute follows, as "first answer"),
     cold (a fresh browser profile: empty HTTP and code caches) and warm (the same profile again);
+  * repeat visits with the service worker (a profile that allows it: the first visit installs it and
+    caches the site, the visits after it are answered from that cache, offline-style, where the
+    WebAssembly code cache can hold the runtime's compiled code: web/sw.js);
   * one recompute after a change, end to end: from the input event to the new numbers in the
     DOM (worker round trip, Python, JSON, rendering; chart animation not included), and to its
     first numbers (the fast answer, with the allocator's reserve scaled from the last replay,
@@ -134,6 +137,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="page loads per measurement (default 5)")
     parser.add_argument("--recomputes", type=int, default=30, help="recomputes to time (default 30)")
+    parser.add_argument("--sw-visits", type=int, default=2,
+                        help="repeat visits answered by the service worker, after the one that installs it (default 2)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     parser.add_argument("--site", type=Path, default=SITE, help="the built site to measure (default: _site)")
     args = parser.parse_args()
@@ -167,6 +172,20 @@ def main() -> None:
                 # A new micro-batch size each time, so that no cache anywhere holds the answer.
                 recomputes = [page.evaluate(RECOMPUTE, 2 + i) for i in range(1, args.recomputes + 1)]
             context.close()
+        repeat = []
+        if args.sw_visits:
+            # A profile that allows the service worker: the first visit installs it and caches the build.
+            context = browser.new_context(service_workers="allow")
+            page = context.new_page()
+            load(page, url)
+            page.wait_for_function("() => document.documentElement.dataset.offline === 'ready'", timeout=180_000)
+            page.wait_for_function("() => navigator.serviceWorker.controller !== null", timeout=60_000)
+            page.close()
+            for _ in range(args.sw_visits):
+                page = context.new_page()
+                repeat.append(load(page, url))
+                page.close()
+            context.close()
         browser.close()
     server.shutdown()
 
@@ -174,6 +193,9 @@ def main() -> None:
     results["prerendered_s"] = summary([run["prerendered_s"] for run in cold])
     results["interactive_cold_s"] = summary([run["interactive_s"] for run in cold])
     results["interactive_warm_s"] = summary([run["interactive_s"] for run in warm])
+    if repeat:
+        results["interactive_service_worker_s"] = summary([run["interactive_s"] for run in repeat])
+        results["stages_service_worker_s"] = repeat[-1]["stages_s"]
     results["first_answer_cold_s"] = summary([run["first_answer_s"] for run in cold])
     results["recompute_ms"] = summary([total for total, *_ in recomputes])
     results["recompute_engine_ms"] = summary([engine for _, engine, *_ in recomputes])
@@ -200,6 +222,7 @@ def main() -> None:
         ("prerendered_s", "pre-rendered result", "s", 1),
         ("interactive_cold_s", "interactive, cold", "s", 1),
         ("interactive_warm_s", "interactive, warm", "s", 1),
+        ("interactive_service_worker_s", "interactive, via SW", "s", 1),
         ("first_answer_cold_s", "engine's first answer, cold", "s", 1),
         ("recompute_first_numbers_ms", "recompute, first numbers", "ms", 1),
         ("recompute_ms", "recompute, end to end", "ms", 1),
@@ -217,6 +240,10 @@ def main() -> None:
     print("stages of a cold load (s from navigation; engine-*: heard by the page, worker-*: the worker's clock):")
     for stage, seconds in sorted(results["stages_cold_s"].items(), key=lambda kv: kv[1]):
         print(f"    {seconds:7.3f}  {stage}")
+    if "stages_service_worker_s" in results:
+        print("stages of the last service-worker visit:")
+        for stage, seconds in sorted(results["stages_service_worker_s"].items(), key=lambda kv: kv[1]):
+            print(f"    {seconds:7.3f}  {stage}")
     print(f"load average (1 min) at the end: {results['load_average_1min']:.1f} on {os.cpu_count()} cores")
 
 

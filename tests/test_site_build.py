@@ -10,6 +10,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -82,7 +84,8 @@ def test_bundle_python_puts_pure_files_in_one_zip_and_extensions_beside_it(tmp_p
         "pkg/__pycache__/mod.cpython-314.pyc": b"PYC-MOD",
         "pkg/mod.py": b"x = 1\n",
         "pkg/py.typed": b"",
-        "pkg-1.0.dist-info/METADATA": b"Name: pkg\n",
+        "pkg-1.0.dist-info/METADATA": b"Name: pkg\nVersion: 1.0\n\nThe long description.\n",
+        "pkg/data/corpus.jsonl": b"{}",
     })
     native = _wheel(tmp_path / "ext-2.0-cp314-cp314-pyemscripten_2026_0_wasm32.whl", {
         "ext/__init__.pyc": b"PYC-EXT",
@@ -105,10 +108,12 @@ def test_bundle_python_puts_pure_files_in_one_zip_and_extensions_beside_it(tmp_p
     }
     assert (site / "python" / "ext._ext.wasm").read_bytes() == b"\0asm-the-library"
     with zipfile.ZipFile(site / "python" / "site-packages.zip") as archive:
-        # zipimport reads bytecode only from beside the source, so __pycache__'s pycs move there.
+        # zipimport reads bytecode only from beside the source, so __pycache__'s pycs move there,
+        # and with its bytecode there a module's source is left out; so is a METADATA's description.
         assert sorted(archive.namelist()) == ["ext-2.0.dist-info/RECORD", "ext/__init__.pyc", "pkg-1.0.dist-info/METADATA",
-                                              "pkg/__init__.py", "pkg/__init__.pyc", "pkg/mod.py", "pkg/mod.pyc"]
+                                              "pkg/__init__.pyc", "pkg/data/corpus.jsonl", "pkg/mod.pyc"]
         assert archive.read("pkg/mod.pyc") == b"PYC-MOD"
+        assert archive.read("pkg-1.0.dist-info/METADATA") == b"Name: pkg\nVersion: 1.0\n"
     first = (site / "python" / "site-packages.zip").read_bytes()
     build_site.bundle_python(site, [pure, native])
     assert (site / "python" / "site-packages.zip").read_bytes() == first  # reproducible
@@ -125,20 +130,20 @@ def test_node_modules_are_compared_with_the_lockfile_by_content(tmp_path):
     assert not build_site._installed_matches_lock(marker, lock)
 
 
-def test_the_service_worker_caches_what_the_page_fetches_not_the_wheels(tmp_path, monkeypatch):
+def test_the_service_worker_caches_every_file_of_the_site(tmp_path, monkeypatch):
     package = tmp_path / "node_modules" / "pyodide" / "package.json"
     package.parent.mkdir(parents=True)
     package.write_text('{"version": "314.0.7"}')
     monkeypatch.setattr(build_site, "NODE_MODULES", tmp_path / "node_modules")
     site = tmp_path / "site"
-    (site / "wheels").mkdir(parents=True)
-    (site / "python").mkdir()
-    (site / "wheels" / "pkg-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (site / "python").mkdir(parents=True)
     (site / "python" / "site-packages.zip").write_bytes(b"zip")
+    (site / "python" / "ext.wasm.gz").write_bytes(b"gz")
     (site / "index.html").write_text("<!doctype html>")
-    manifest = build_site.write_manifest(site, {"trainmem_version": "0.1.0"})
-    assert "wheels/pkg-1.0-py3-none-any.whl" in manifest["files"]
-    assert sorted(manifest["cache_files"]) == ["index.html", "python/site-packages.zip", "sw.js"]
+    stored = {"python/ext.wasm": "python/ext.wasm.gz"}
+    manifest = build_site.write_manifest(site, {"trainmem_version": "0.1.0", "stored_compressed": stored})
+    assert sorted(manifest["cache_files"]) == ["index.html", "python/ext.wasm.gz", "python/site-packages.zip", "sw.js"]
+    assert manifest["stored_compressed"] == stored
 
 
 def test_the_early_script_is_allowed_by_its_hash_only_where_it_is_inlined():
@@ -158,3 +163,50 @@ def test_the_calculator_starts_its_worker_before_any_other_script():
     early = head.index("<script>@EARLY_BOOT@</script>")
     assert early < head.index("<script src=") and early < head.index('<script type="module"')
     assert head.index('id="engine-config"') < early  # the script reads the engine's configuration
+
+
+def test_webassembly_is_stored_compressed_reproducibly(tmp_path):
+    import gzip
+
+    site = tmp_path / "site"
+    (site / "pyodide").mkdir(parents=True)
+    wasm = b"\0asm\1\0\0\0" + bytes(range(256)) * 64
+    (site / "pyodide" / "pyodide.asm.wasm").write_bytes(wasm)
+    (site / "pyodide" / "python_stdlib.zip").write_bytes(b"zip")
+    assert build_site.store_compressed(site) == {"pyodide/pyodide.asm.wasm": "pyodide/pyodide.asm.wasm.gz"}
+    stored = (site / "pyodide" / "pyodide.asm.wasm.gz").read_bytes()
+    assert sorted(p.name for p in (site / "pyodide").iterdir()) == ["pyodide.asm.wasm.gz", "python_stdlib.zip"]
+    assert gzip.decompress(stored) == wasm and len(stored) < len(wasm) / 4
+    assert stored[4:8] == b"\0\0\0\0"  # gzip's mtime field: 0, so the same input gives the same bytes
+    (site / "pyodide" / "pyodide.asm.wasm").write_bytes(wasm)
+    build_site.store_compressed(site)
+    assert (site / "pyodide" / "pyodide.asm.wasm.gz").read_bytes() == stored
+
+
+@pytest.mark.skipif(sys.platform == "emscripten", reason="a server thread: Pyodide has no threads")
+def test_the_local_server_sends_a_gz_file_as_it_is(tmp_path):
+    """As a static host (GitHub Pages) sends a .gz: its bytes, no Content-Encoding, never compressed again."""
+    import gzip
+    import threading
+    import urllib.request
+    from functools import partial
+    from http.server import ThreadingHTTPServer
+
+    stored = gzip.compress(b"\0asm" + bytes(4096), mtime=0)
+    (tmp_path / "x.wasm.gz").write_bytes(stored)
+    (tmp_path / "a.js").write_text("let a = 1;\n" * 100)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(build_site.SiteHandler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        request = urllib.request.Request(base + "x.wasm.gz", headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(request) as response:
+            assert response.headers["Content-Type"] == "application/gzip"
+            assert response.headers.get("Content-Encoding") is None
+            assert response.read() == stored
+        request = urllib.request.Request(base + "a.js", headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(request) as response:  # text is still compressed on the fly
+            assert response.headers["Content-Encoding"] == "gzip"
+    finally:
+        server.shutdown()
+        server.server_close()

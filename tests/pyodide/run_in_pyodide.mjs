@@ -1,16 +1,22 @@
-// Runs trainmem inside Pyodide under Node (no browser): the wheels the web page loads, plus
-// pytest, so that a break that only shows under WebAssembly fails a test.
+// Runs trainmem inside Pyodide under Node (no browser): the wheels the web page's Python bundle is
+// made from (build_site.py: .cache/site-wheels/), or the built site itself, plus pytest, so that a
+// break that only shows under WebAssembly fails a test.
 //
 //   node run_in_pyodide.mjs estimate WHEELS_DIR CASES.json OUT.json
 //       estimate each setup of CASES.json ([setup, ...]) with the page's bridge; write the answers
 //   node run_in_pyodide.mjs site SITE_DIR CASES.json OUT.json
-//       the built site as the page runs it: its Pyodide (the pruned python_stdlib.zip), its
-//       wheels and its py/ modules; estimate each setup, write each report's Markdown too
+//       the built site as the page's worker (web/js/worker.js) runs it, from the files the page
+//       fetches: its Pyodide (the runtime from pyodide.asm.wasm.gz, the pruned python_stdlib.zip, the
+//       lock's info inline), python/site-packages.zip on sys.path, pydantic-core from its .wasm.gz
+//       found by the worker's own finder (its BOOTSTRAP), and py/; estimate each setup, write each
+//       report's Markdown too
 //   node run_in_pyodide.mjs pytest WHEELS_DIR TEST_WHEELS_DIR REPO_DIR [pytest args...]
 //       run pytest over REPO_DIR (mounted read-only in spirit at /repo) with the core from the wheels
 
-import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { gunzipSync } from "node:zlib";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
@@ -21,13 +27,57 @@ const { loadPyodide } = await import(pathToFileURL(join(repo, "web", "node_modul
 const [mode, wheelsDir, ...rest] = process.argv.slice(2);
 const wheelsIn = (dir) => readdirSync(dir).filter((name) => name.endsWith(".whl")).map((name) => resolve(dir, name));
 
+/** The site's pyodide/ as Node's loader reads it (from files, by name): the stored-compressed
+ *  files (X.gz, build_site.py store_compressed) decompressed, the others as they are. */
+function siteRuntime(site) {
+  const folder = mkdtempSync(join(tmpdir(), "trainmem-site-pyodide-"));
+  for (const name of readdirSync(join(site, "pyodide"))) {
+    if (name.endsWith(".gz")) writeFileSync(join(folder, name.slice(0, -3)), gunzipSync(readFileSync(join(site, "pyodide", name))));
+    else copyFileSync(join(site, "pyodide", name), join(folder, name));
+  }
+  return `${folder}/`;
+}
+
 const output = [];
-const indexURL = mode === "site" ? `${resolve(wheelsDir, "pyodide")}/` : undefined;
+const manifest = mode === "site" ? JSON.parse(readFileSync(join(wheelsDir, "manifest.json"), "utf8")) : null;
+let sitePackages = null;
 const pyodide = await loadPyodide({
-  indexURL,
+  ...(manifest && {
+    // As the page's worker loads it (web/js/worker.js boot).
+    indexURL: siteRuntime(wheelsDir),
+    lockFileContents: { info: manifest.python.lock_info, packages: {} },
+    env: { PYDANTIC_DISABLE_PLUGINS: "__all__" },
+    fsInit: (FS, { sitePackages: folder }) => {
+      sitePackages = folder;
+    },
+  }),
   stdout: (line) => output.push(line) && mode === "pytest" && console.log(line),
   stderr: (line) => console.error(line),
 });
+
+/** The page's Python bundle (python/ of the site, build_site.py bundle_python) installed as the
+ *  worker installs it, with the worker's own bootstrap code. */
+async function installSiteBundle(site, python) {
+  const zipPath = "/lib/trainmem-site-packages.zip";
+  pyodide.FS.writeFile(zipPath, readFileSync(join(site, python.zip)));
+  const Module = pyodide._module;
+  const nativePaths = {};
+  for (const lib of python.native) {
+    const bytes = gunzipSync(readFileSync(join(site, `${lib.url}.gz`)));
+    const path = `${sitePackages}/${lib.path}`;
+    pyodide.FS.mkdirTree(path.slice(0, path.lastIndexOf("/")));
+    pyodide.FS.writeFile(path, bytes);
+    const flags = { loadAsync: true, nodelete: true, allowUndefined: true };
+    Module.preloadedWasm[path] = await Module.loadWebAssemblyModule(await WebAssembly.compile(bytes), flags, path, {});
+    nativePaths[lib.module] = path;
+  }
+  const worker = readFileSync(join(site, "js", "worker.js"), "utf8");
+  const bootstrap = worker.match(/const BOOTSTRAP = `([\s\S]*?)`;/)[1];
+  const namespace = pyodide.globals.get("dict")();
+  pyodide.runPython(bootstrap, { globals: namespace });
+  namespace.get("_install")(zipPath, JSON.stringify(nativePaths));
+  namespace.destroy();
+}
 
 async function load(wheels) {
   const failures = [];
@@ -47,7 +97,7 @@ if (mode === "estimate") {
 } else if (mode === "site") {
   const [casesPath, outPath] = rest;
   const site = wheelsDir;
-  await load(wheelsIn(join(site, "wheels")));
+  await installSiteBundle(site, manifest.python);
   for (const name of readdirSync(join(site, "py")).filter((n) => n.endsWith(".py"))) {
     pyodide.FS.writeFile(`/home/pyodide/${name}`, readFileSync(join(site, "py", name), "utf8"));
   }

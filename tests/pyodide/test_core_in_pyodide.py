@@ -1,4 +1,6 @@
-"""The core under WebAssembly: the wheels the web page ships, run in Pyodide under Node.
+"""The core under WebAssembly: the wheels the web page's Python bundle is made from, run in
+Pyodide under Node (build_site.py keeps them in .cache/site-wheels/, out of the site; that the
+site's python/ is made of exactly these is checked in test_site_stdlib.py).
 
 Two checks catch a break that only shows in the browser's Python:
   * a matrix of setups estimated in Pyodide gives exactly the reports CPython gives;
@@ -18,7 +20,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-SITE_WHEELS = ROOT / "_site" / "wheels"
+SITE = ROOT / "_site"
+SITE_WHEELS = ROOT / ".cache" / "site-wheels"  # build_site.SITE_WHEELS
 TEST_WHEELS = ROOT / ".cache" / "pyodide-test-wheels"
 PLATFORM = ["--platform", "pyemscripten_2026_0_wasm32", "--python-version", "3.14", "--implementation", "cp",
             "--abi", "cp314"]
@@ -60,7 +63,7 @@ def site_wheels() -> Path:
     sys.path.insert(0, str(ROOT))
     from build_site import is_stale
 
-    if is_stale(SITE_WHEELS.parent):
+    if is_stale(SITE) or not any(SITE_WHEELS.glob("trainmem-*.whl")):
         subprocess.run([sys.executable, str(ROOT / "build_site.py")], check=True)
     return SITE_WHEELS
 

@@ -1,6 +1,8 @@
-"""The built site's own Python: Pyodide with the pruned standard library (build_site.py keeps only
-the top-level modules the page was measured to import), the site's wheels (PyYAML's built from its
-sdist among them) and py/ modules.
+"""The built site's own Python, from the files the page fetches: Pyodide (its runtime stored as
+pyodide.asm.wasm.gz) with the pruned standard library (build_site.py keeps only the top-level
+modules the page was measured to import), python/site-packages.zip and pydantic-core's .wasm.gz
+(made from the wheels in .cache/site-wheels/, PyYAML's built from its sdist among them: checked
+below, byte for byte) and py/ modules.
 
 Every setup of the core-in-Pyodide matrix, and of the build's import measurement, gives the
 report CPython gives, and its Markdown: a module left out of python_stdlib.zip that the page
@@ -9,6 +11,7 @@ needs fails here, not in a reader's browser.
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from test_core_in_pyodide import CASES, ROOT
+from test_core_in_pyodide import CASES, ROOT, SITE_WHEELS
 
 HERE = Path(__file__).resolve().parent
 SITE = ROOT / "_site"
@@ -31,7 +34,7 @@ def site() -> Path:
     sys.path.insert(0, str(ROOT))
     from build_site import is_stale
 
-    if is_stale(SITE):
+    if is_stale(SITE) or not any(SITE_WHEELS.glob("trainmem-*.whl")):
         subprocess.run([sys.executable, str(ROOT / "build_site.py")], check=True)
     return SITE
 
@@ -41,6 +44,28 @@ def test_the_standard_library_is_pruned(site):
     tops = {name.split("/")[0].removesuffix(".pyc") for name in names}
     assert {"json", "re", "typing", "dataclasses", "encodings"} <= tops
     assert not tops & {"unittest", "xmlrpc", "tkinter", "idlelib", "pydoc_data", "multiprocessing"}
+
+
+def test_the_sites_python_is_made_of_the_tested_wheels(site, tmp_path):
+    """python/ of the site is what bundle_python makes of .cache/site-wheels/ (the wheels
+    test_core_in_pyodide.py runs), its WebAssembly stored gzip-compressed; nothing else ships."""
+    from build_site import bundle_python
+
+    manifest = json.loads((site / "manifest.json").read_text())
+    remade = tmp_path / "remade"
+    remade.mkdir()
+    python = bundle_python(remade, sorted(SITE_WHEELS.glob("*.whl")))
+    assert python == manifest["python"]
+    made = sorted(p.relative_to(remade).as_posix() for p in (remade / "python").iterdir())
+    shipped = sorted(path for path in manifest["files"] if path.startswith("python/"))
+    assert shipped == [name + ".gz" if name.endswith(".wasm") else name for name in made]
+    for name in made:
+        ours = (remade / name).read_bytes()
+        theirs = (site / name).read_bytes() if not name.endswith(".wasm") else gzip.decompress((site / f"{name}.gz").read_bytes())
+        assert ours == theirs, f"{name} of the site is not made of the wheels in {SITE_WHEELS}"
+    assert not any(path.startswith("wheels/") or path.endswith((".whl", ".wasm")) for path in manifest["files"])
+    assert manifest["stored_compressed"] == {name: name + ".gz" for name in
+                                             ["pyodide/pyodide.asm.wasm", *(n for n in made if n.endswith(".wasm"))]}
 
 
 def test_the_site_computes_like_cpython(site, tmp_path):

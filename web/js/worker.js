@@ -11,14 +11,19 @@
 //    emscripten's dynamic loader as already loaded (Module.preloadedWasm, the same table its
 //    own preload plugin fills: registerWasmPlugin in pyodide.asm.mjs), so Python's import of it
 //    compiles nothing; a meta-path finder maps the module's name to its file;
+//  * both WebAssembly files, Pyodide's runtime and pydantic-core's, are stored as .wasm.gz and
+//    decompressed as they download (web/js/stored.js fetchWasm); the runtime's early fetch below
+//    goes through it, and Pyodide's loader, which fetches pyodide.asm.wasm itself, is answered
+//    with that response;
 //  * loadPyodide gets the lock file's `info` inline (lockFileContents), so it neither fetches nor
-//    parses pyodide-lock.json: the page loads no package by name.
-
+//    parses pyodide-lock.json: the page loads no package by name;
 //  * Pyodide's own files start loading when this module starts (the page's head creates this
 //    worker with the page: web/js/early.js): its loader and runtime scripts by dynamic imports (a
 //    static import would hold this module, and so the boot message, until they had loaded), its
 //    WebAssembly runtime and standard library by fetches that loadPyodide's own requests for the
 //    same URLs then take over (startedFetch) instead of requesting them again.
+
+import { fetchWasm } from "./stored.js";
 
 /** This worker's stages on the epoch clock ([stage, ms]), sent to the page with the boot's answer. */
 const marks = [];
@@ -30,8 +35,9 @@ mark("start");
 const PYODIDE = new URL("../pyodide/", import.meta.url);
 const pyodideLoader = import("../pyodide/pyodide.mjs");
 const pyodideRuntime = import("../pyodide/pyodide.asm.mjs");
-/** One of Pyodide's files as loadPyodide expects its response (the one place that fetches them). */
-const fetchPyodideFile = (url) => fetch(url);
+/** One of Pyodide's files as loadPyodide expects its response (the one place that fetches them);
+ *  the runtime is stored as pyodide.asm.wasm.gz, which stored.js fetchWasm decompresses as it downloads. */
+const fetchPyodideFile = (url) => (url.endsWith(".wasm") ? fetchWasm(url) : fetch(url));
 const earlyFetches = new Map(
   ["pyodide.asm.wasm", "python_stdlib.zip"].map((name) => {
     const url = new URL(name, PYODIDE).href;
@@ -89,7 +95,7 @@ async function fetchOk(url) {
 
 /** A WebAssembly module compiled while it downloads (from its bytes when the type is not application/wasm). */
 async function compileNative(url) {
-  const response = await fetchOk(url);
+  const response = await fetchWasm(url);
   const bytes = response.clone().arrayBuffer();
   try {
     return { wasm: await WebAssembly.compileStreaming(response), bytes: new Uint8Array(await bytes) };
@@ -132,7 +138,7 @@ async function boot({ modules, python }) {
   progress("runtime", 0.05, "Loading Python (Pyodide)…");
   const base = new URL("../", import.meta.url);
   if (!python) throw new Error("this page's engine configuration has no python bundle (rebuild the site)");
-  // Every download at once: the bundle, the extensions (compiled as they arrive), the page's modules.
+  // Every download at once: the runtime, the bundle, the extensions (compiled as they arrive), the page's modules.
   const bundle = fetchOk(new URL(python.zip, base)).then((response) => response.arrayBuffer());
   const natives = python.native.map((lib) => compileNative(new URL(lib.url, base)).then((compiled) => ({ ...lib, ...compiled })));
   const sources = Promise.all(
