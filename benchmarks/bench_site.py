@@ -10,6 +10,9 @@ SiteHandler) and drives Debian's Chromium with Playwright:
   * navigation to interactive (Pyodide loaded, trainmem imported; the form's setup computed, unless it
     is the default whose build-time result is on screen: then its compute follows, as "first answer"),
     cold (a fresh browser profile: empty HTTP and code caches) and warm (the same profile again);
+  * the same after the page has prefetched the setups one control step away (web/js/prefetch.js):
+    a change it prefetched, one it did not (the target is judged on that one), and one made while
+    a prefetch runs (it waits for that prefetch);
   * one recompute after a change, end to end: from the input event to the new numbers in the
     DOM (worker round trip, Python, JSON, rendering; chart animation not included), and to its
     first numbers (the fast answer, with the allocator's reserve scaled from the last replay,
@@ -74,6 +77,37 @@ RECOMPUTE = """(value) => new Promise((resolve) => {
 })"""
 
 
+# The page is idle: the suggestions of the setup on screen are in, and the setups one control step
+# away are prefetched (web/js/prefetch.js; main.js writes html[data-prefetch-remaining]).
+IDLE = """() => {
+  const root = document.documentElement;
+  return root.dataset.prefetchRemaining === "0" && root.dataset.suggestedSetup === root.dataset.computedSetup;
+}"""
+
+
+def recomputes_with_prefetch(page, count: int, value: int) -> dict[str, list]:
+    """Three kinds of change, ``count`` of each, from micro-batch ``value`` up (values no earlier change used):
+
+    * ``not_prefetched``: once the page is idle, a change it did not prefetch (the micro-batch + 3);
+    * ``prefetched``: once the page is idle, a change it did (the micro-batch + 1);
+    * ``during_prefetch``: right after an answer, a change it did not prefetch, which waits for the
+      one prefetch then in flight (Python in the worker cannot be interrupted)."""
+    page.evaluate(RECOMPUTE, value)  # untimed
+    out: dict[str, list] = {"not_prefetched": [], "prefetched": [], "during_prefetch": []}
+    for _ in range(count):
+        page.wait_for_function(IDLE, timeout=120_000)
+        value += 3
+        out["not_prefetched"].append(page.evaluate(RECOMPUTE, value))
+        page.wait_for_function(IDLE, timeout=120_000)
+        value += 1
+        out["prefetched"].append(page.evaluate(RECOMPUTE, value))
+    page.wait_for_function(IDLE, timeout=120_000)
+    for _ in range(count):
+        value += 3
+        out["during_prefetch"].append(page.evaluate(RECOMPUTE, value))
+    return out
+
+
 def site_size() -> dict:
     manifest = json.loads((SITE / "manifest.json").read_text())
     by_folder: dict[str, int] = {}
@@ -123,6 +157,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="page loads per measurement (default 5)")
     parser.add_argument("--recomputes", type=int, default=30, help="recomputes to time (default 30)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    parser.add_argument("--no-prefetch", action="store_true",
+                        help="skip the recomputes that tell prefetched changes from others")
     parser.add_argument("--site", type=Path, default=SITE, help="the built site to measure (default: _site)")
     args = parser.parse_args()
     SITE = args.site.resolve()
@@ -153,6 +189,8 @@ def main() -> None:
                 page.evaluate(RECOMPUTE, 2)  # one untimed change first
                 # A new micro-batch size each time, so that no cache anywhere holds the answer.
                 recomputes = [page.evaluate(RECOMPUTE, 2 + i) for i in range(1, args.recomputes + 1)]
+                if not args.no_prefetch:
+                    kinds = recomputes_with_prefetch(page, args.recomputes, 2 + args.recomputes + 10)
             context.close()
         browser.close()
     server.shutdown()
@@ -172,6 +210,10 @@ def main() -> None:
     if charts:
         results["recompute_charts_ms"] = summary(charts)
         results["recompute_charts_draw_ms"] = summary([draw for *_, draw in recomputes if draw == draw])
+    if not args.no_prefetch:
+        for kind, figures in kinds.items():
+            results[f"recompute_{kind}_ms"] = summary([total for total, *_ in figures])
+            results[f"recompute_{kind}_engine_ms"] = summary([engine for _, engine, *_ in figures])
     results["stages_cold_s"] = cold[len(cold) // 2]["stages_s"]
     results["targets"] = TARGETS
     results["load_average_1min"] = os.getloadavg()[0]
@@ -194,6 +236,12 @@ def main() -> None:
         ("recompute_render_ms", "  of which rendering", "ms", 1),
         ("recompute_charts_ms", "recompute, charts drawn", "ms", 1),
         ("recompute_charts_draw_ms", "  of which drawing", "ms", 1),
+        ("recompute_not_prefetched_ms", "idle, not prefetched", "ms", 1),
+        ("recompute_not_prefetched_engine_ms", "  of which engine", "ms", 1),
+        ("recompute_prefetched_ms", "idle, prefetched", "ms", 1),
+        ("recompute_prefetched_engine_ms", "  of which engine", "ms", 1),
+        ("recompute_during_prefetch_ms", "during a prefetch", "ms", 1),
+        ("recompute_during_prefetch_engine_ms", "  of which engine", "ms", 1),
     ):
         if key not in results:
             continue
