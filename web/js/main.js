@@ -231,6 +231,10 @@ async function addSuggestions(asked) {
   }
   if (answer.superseded || !answer.ok || !current()) return;
   showReport(answer.report, { computedFor: asked });
+  // The reader has paused: the setups one control step away (web/js/prefetch.js), computed while
+  // nothing else waits (a reader who types on is never kept waiting by a prefetch).
+  engine.prefetch(neighbourSetups(setup).map(minimal));
+  document.documentElement.dataset.prefetchRemaining = String(engine.prefetchQueue.length + (engine.prefetching ? 1 : 0));
   document.documentElement.dataset.suggestedSetup = JSON.stringify(asked);
 }
 
@@ -283,9 +287,6 @@ async function recompute(asked = minimal(setup)) {
     document.documentElement.dataset.lastEngineMs = (answered - computeStarted).toFixed(1);
     document.documentElement.dataset.lastRenderMs = (rendered - answered).toFixed(1);
     document.documentElement.dataset.lastPrefetched = String(prefetched);
-    // While the reader looks, the setups one control step away (web/js/prefetch.js).
-    engine.prefetch(neighbourSetups(setup).map(minimal));
-    document.documentElement.dataset.prefetchRemaining = String(engine.prefetchQueue.length + (engine.prefetching ? 1 : 0));
   } else if (answer.cancelled) {
     form.showErrors(answer.errors);
     setStale(answer.errors[0].message);
