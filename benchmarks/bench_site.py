@@ -110,11 +110,10 @@ def recomputes_with_prefetch(page, count: int, value: int) -> dict[str, list]:
         page.wait_for_function(IDLE, timeout=120_000)
         value += 1
         out["prefetched"].append(page.evaluate(RECOMPUTE, value))
-    for _ in range(count):
+    for _ in range(count):  # each change's answer starts a prefetch again (after its suggestions)
         page.wait_for_function(PREFETCHING, timeout=120_000)
         value += 3
         out["during_prefetch"].append(page.evaluate(RECOMPUTE, value))
-        page.wait_for_function(IDLE, timeout=120_000)
     return out
 
 
