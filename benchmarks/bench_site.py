@@ -13,6 +13,9 @@ SiteHandler) and drives Debian's Chromium with Playwright:
   * repeat visits with the service worker (a profile that allows it: the first visit installs it and
     caches the site, the visits after it are answered from that cache, offline-style, where the
     WebAssembly code cache can hold the runtime's compiled code: web/sw.js);
+  * the same after the page has prefetched the setups one control step away (web/js/prefetch.js):
+    a change it prefetched, one it did not (the target is judged on that one), and one made while
+    a prefetch runs (it waits for that prefetch);
   * one recompute after a change, end to end: from the input event to the new numbers in the
     DOM (worker round trip, Python, JSON, rendering; chart animation not included), and to its
     first numbers (the fast answer, with the allocator's reserve scaled from the last replay,
@@ -44,7 +47,8 @@ SITE = ROOT / "_site"
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TARGETS = {"prerendered_s": 0.3, "interactive_cold_s": 1.5, "recompute_ms": 30.0, "download_mb": 12.0}
+TARGETS = {"prerendered_s": 0.3, "interactive_cold_s": 1.5, "recompute_ms": 30.0, "download_mb": 12.0,
+           "recompute_not_prefetched_ms": 30.0}
 
 # Navigation timings of one page load, read in the page once it is interactive.
 PAGE_TIMINGS = """() => {
@@ -75,6 +79,45 @@ RECOMPUTE = """(value) => new Promise((resolve) => {
   input.value = String(value);
   input.dispatchEvent(new Event('input', { bubbles: true }));
 })"""
+
+
+# The page is idle: the suggestions of the setup on screen are in, and the setups one control step
+# away, which main.js asks for once they are, are prefetched (web/js/prefetch.js; html[data-prefetch-remaining]).
+IDLE = """() => {
+  const root = document.documentElement;
+  return root.dataset.prefetchRemaining === "0" && root.dataset.suggestedSetup === root.dataset.computedSetup;
+}"""
+
+
+# The suggestions are in and the first neighbour's prefetch runs (main.js starts it with them).
+PREFETCHING = """() => {
+  const root = document.documentElement;
+  return root.dataset.suggestedSetup === root.dataset.computedSetup && Number(root.dataset.prefetchRemaining) > 0;
+}"""
+
+
+def recomputes_with_prefetch(page, count: int, value: int) -> dict[str, list]:
+    """Three kinds of change, ``count`` of each, from micro-batch ``value`` up (values no earlier change used):
+
+    * ``not_prefetched``: once the page is idle, a change it did not prefetch (the micro-batch + 3);
+    * ``prefetched``: once the page is idle, a change it did (the micro-batch + 1);
+    * ``during_prefetch``: as soon as the prefetch has begun (after the suggestions), a change it did not
+      prefetch, which waits for the one prefetch then in flight (Python in the worker cannot be
+      interrupted)."""
+    page.evaluate(RECOMPUTE, value)  # untimed
+    out: dict[str, list] = {"not_prefetched": [], "prefetched": [], "during_prefetch": []}
+    for _ in range(count):
+        page.wait_for_function(IDLE, timeout=120_000)
+        value += 3
+        out["not_prefetched"].append(page.evaluate(RECOMPUTE, value))
+        page.wait_for_function(IDLE, timeout=120_000)
+        value += 1
+        out["prefetched"].append(page.evaluate(RECOMPUTE, value))
+    for _ in range(count):  # each change's answer starts a prefetch again (after its suggestions)
+        page.wait_for_function(PREFETCHING, timeout=120_000)
+        value += 3
+        out["during_prefetch"].append(page.evaluate(RECOMPUTE, value))
+    return out
 
 
 def site_size() -> dict:
@@ -140,6 +183,8 @@ def main() -> None:
     parser.add_argument("--sw-visits", type=int, default=2,
                         help="repeat visits answered by the service worker, after the one that installs it (default 2)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    parser.add_argument("--no-prefetch", action="store_true",
+                        help="skip the recomputes that tell prefetched changes from others")
     parser.add_argument("--site", type=Path, default=SITE, help="the built site to measure (default: _site)")
     args = parser.parse_args()
     SITE = args.site.resolve()
@@ -171,6 +216,8 @@ def main() -> None:
                 page.evaluate(RECOMPUTE, 2)  # one untimed change first
                 # A new micro-batch size each time, so that no cache anywhere holds the answer.
                 recomputes = [page.evaluate(RECOMPUTE, 2 + i) for i in range(1, args.recomputes + 1)]
+                if not args.no_prefetch:
+                    kinds = recomputes_with_prefetch(page, args.recomputes, 2 + args.recomputes + 10)
             context.close()
         repeat = []
         if args.sw_visits:
@@ -207,6 +254,10 @@ def main() -> None:
     if charts:
         results["recompute_charts_ms"] = summary(charts)
         results["recompute_charts_draw_ms"] = summary([draw for *_, draw in recomputes if draw == draw])
+    if not args.no_prefetch:
+        for kind, figures in kinds.items():
+            results[f"recompute_{kind}_ms"] = summary([total for total, *_ in figures])
+            results[f"recompute_{kind}_engine_ms"] = summary([engine for _, engine, *_ in figures])
     results["stages_cold_s"] = cold[len(cold) // 2]["stages_s"]
     results["targets"] = TARGETS
     results["load_average_1min"] = os.getloadavg()[0]
@@ -230,6 +281,12 @@ def main() -> None:
         ("recompute_render_ms", "  of which rendering", "ms", 1),
         ("recompute_charts_ms", "recompute, charts drawn", "ms", 1),
         ("recompute_charts_draw_ms", "  of which drawing", "ms", 1),
+        ("recompute_not_prefetched_ms", "idle, not prefetched", "ms", 1),
+        ("recompute_not_prefetched_engine_ms", "  of which engine", "ms", 1),
+        ("recompute_prefetched_ms", "idle, prefetched", "ms", 1),
+        ("recompute_prefetched_engine_ms", "  of which engine", "ms", 1),
+        ("recompute_during_prefetch_ms", "during a prefetch", "ms", 1),
+        ("recompute_during_prefetch_engine_ms", "  of which engine", "ms", 1),
     ):
         if key not in results:
             continue

@@ -8,6 +8,9 @@
 // worker cannot be interrupted, so the worker is terminated and a new one boots in its place; the
 // cancelled compute resolves to {ok: false, cancelled: true, errors: [one message saying so]}.
 
+/** How many replayed answers the worker keeps (trainmem_web.ANSWERS_KEPT). */
+export const ANSWERS_KEPT = 32;
+
 /** The default limit of one request to the engine, in milliseconds (generous: a phone is slow). */
 export const COMPUTE_LIMIT_MS = 30_000;
 
@@ -35,6 +38,11 @@ export class Engine {
     this.queued = null; // {setupJson, resolve}
     this.computeLimitMs = COMPUTE_LIMIT_MS; // a public setting (tests lower it)
     this.restarts = 0; // how many times a cancelled request restarted the worker
+    // Prefetch (issue 14): setups one control step away, computed while nothing else waits.
+    this.prefetchQueue = []; // setup JSON texts, next first
+    this.prefetching = false;
+    this.kept = new Map(); // setup JSON text -> true: the answers trainmem_web keeps (its LRU, mirrored)
+    this.onPrefetched = null; // (remaining) => void, after each prefetched setup
   }
 
   /** Who hears about loading progress; a late listener first hears the latest message. */
@@ -80,6 +88,8 @@ export class Engine {
     this.worker = null;
     this.ready = null;
     if (worker) worker.terminate();
+    this.kept.clear(); // a new worker keeps nothing
+    this.prefetchQueue = [];
     const error = new EngineCancelled(reason);
     for (const { reject } of this.pending.values()) reject(error);
     this.pending.clear();
@@ -154,6 +164,7 @@ export class Engine {
   async compute(setup, { suggestions = true, reserveFraction = null } = {}) {
     await this.start();
     const setupJson = JSON.stringify(setup);
+    if (!suggestions) this.prefetchQueue = []; // a change: the old setup's neighbours can wait
     return new Promise((resolve) => {
       if (this.queued) this.queued.resolve({ superseded: true });
       this.queued = { setupJson, suggestions, reserveFraction, resolve };
@@ -215,12 +226,53 @@ export class Engine {
     this.queued = null;
     this.running = true;
     try {
-      resolve(JSON.parse(await this.call("compute", { setupJson, suggestions, reserveFraction })));
+      const answer = JSON.parse(await this.call("compute", { setupJson, suggestions, reserveFraction }));
+      if (answer.ok && !suggestions && reserveFraction === null) this.keep(setupJson);
+      resolve(answer);
     } catch (error) {
       resolve(failedAnswer(error));
     } finally {
       this.running = false;
       this.drain();
+      this.drainPrefetch();
+    }
+  }
+
+  /** Whether the engine keeps the replayed answer (no suggestions) of this setup: it answers at once. */
+  hasAnswer(setup) {
+    return this.kept.has(JSON.stringify(setup));
+  }
+
+  keep(setupJson) {
+    this.kept.delete(setupJson); // the most recently used last, as trainmem_web._ANSWERS
+    this.kept.set(setupJson, true);
+    while (this.kept.size > ANSWERS_KEPT) this.kept.delete(this.kept.keys().next().value);
+  }
+
+  /**
+   * Compute these setups (objects) ahead, one at a time and only while no request waits (a request
+   * that comes meanwhile waits for at most the one prefetch in flight: Python cannot be interrupted);
+   * replaces the setups still to prefetch. Their answers stay in the worker (trainmem_web.prefetch).
+   */
+  prefetch(setups) {
+    this.prefetchQueue = setups.map((setup) => JSON.stringify(setup)).filter((text) => !this.kept.has(text));
+    this.drainPrefetch();
+  }
+
+  async drainPrefetch() {
+    if (this.prefetching || this.running || this.queued || !this.ready) return;
+    const setupJson = this.prefetchQueue.shift();
+    if (setupJson === undefined) return;
+    this.prefetching = true;
+    try {
+      if (await this.call("prefetch", { setupJson })) this.keep(setupJson);
+    } catch {
+      // a prefetch is optional: a cancelled or failed one is dropped
+    } finally {
+      this.prefetching = false;
+      if (this.onPrefetched) this.onPrefetched(this.prefetchQueue.length);
+      this.drain();
+      this.drainPrefetch();
     }
   }
 

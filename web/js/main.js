@@ -12,6 +12,7 @@ import { applyCouplings } from "./hints.js";
 import { decodeHash, deepEqual, encodeHash, flatten, minimalSetup, overlay } from "./setup.js";
 import { setProgress, describeSetup } from "./status.js";
 import { TrainerFiles } from "./files.js";
+import { neighbourSetups } from "./prefetch.js";
 
 performance.mark("trainmem:main-start");
 const data = JSON.parse(document.getElementById("app-data").textContent);
@@ -230,10 +231,18 @@ async function addSuggestions(asked) {
   }
   if (answer.superseded || !answer.ok || !current()) return;
   showReport(answer.report, { computedFor: asked });
+  // The reader has paused: the setups one control step away (web/js/prefetch.js), computed while
+  // nothing else waits (a reader who types on is never kept waiting by a prefetch).
+  engine.prefetch(neighbourSetups(setup).map(minimal));
+  document.documentElement.dataset.prefetchRemaining = String(engine.prefetchQueue.length + (engine.prefetching ? 1 : 0));
   document.documentElement.dataset.suggestedSetup = JSON.stringify(asked);
 }
 
 let lastAsk = 0; // each recompute's number: an answer to an older one is not shown
+// How many neighbouring setups are still to prefetch (read by benchmarks/bench_site.py and the tests).
+engine.onPrefetched = (remaining) => {
+  document.documentElement.dataset.prefetchRemaining = String(remaining);
+};
 
 async function recompute(asked = minimal(setup)) {
   // A later change supersedes this one even when it never reaches the engine (text that is not
@@ -254,7 +263,10 @@ async function recompute(asked = minimal(setup)) {
   // The numbers first, with the allocator's reserve scaled from the last replay (the replay is
   // most of an estimate's time); then the replayed numbers; the suggestions (each a re-run of the
   // simulation) when the reader pauses.
-  const fast = await engine.compute(asked, { suggestions: false, reserveFraction: reserveFraction(lastReplayed) });
+  // A setup the engine prefetched (or computed lately) is answered at once: no fast answer first.
+  const prefetched = engine.hasAnswer(asked);
+  const fraction = prefetched ? null : reserveFraction(lastReplayed);
+  const fast = await engine.compute(asked, { suggestions: false, reserveFraction: fraction });
   if (fast.superseded || ask !== lastAsk) return;
   if (fast.ok && !isReplayed(fast.report)) {
     form.clearErrors();
@@ -274,6 +286,7 @@ async function recompute(asked = minimal(setup)) {
     const rendered = performance.now();
     document.documentElement.dataset.lastEngineMs = (answered - computeStarted).toFixed(1);
     document.documentElement.dataset.lastRenderMs = (rendered - answered).toFixed(1);
+    document.documentElement.dataset.lastPrefetched = String(prefetched);
   } else if (answer.cancelled) {
     form.showErrors(answer.errors);
     setStale(answer.errors[0].message);

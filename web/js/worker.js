@@ -196,6 +196,7 @@ async function boot({ modules, python }) {
 const handlers = {
   boot,
   compute: ({ setupJson, suggestions, reserveFraction }) => bridge.compute(setupJson, suggestions, reserveFraction ?? undefined), // undefined is None (null is jsnull)
+  prefetch: ({ setupJson }) => bridge.prefetch(setupJson),
   architecture: ({ modelJson }) => bridge.architecture(modelJson),
   modelInputs: ({ modelJson }) => bridge.model_inputs(modelJson),
   markdown: ({ reportJson, title }) => bridge.markdown(reportJson, title),

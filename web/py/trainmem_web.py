@@ -117,13 +117,56 @@ def compute(setup_json: str, suggestions: bool = True, reserve_fraction: Any = N
     try:
         fraction = _reserve_fraction(reserve_fraction)
         if fraction is None:
-            return _compute(setup_json, bool(suggestions))
+            if not suggestions:
+                return _remembered(setup_json)
+            return _compute(setup_json, True)
         from trainmem.cuda.memory import scaled_reserve
 
         with scaled_reserve(fraction):
             return _compute(setup_json, False)
     except Exception as exc:  # noqa: BLE001 - the worker must always get an answer
         return _failure("", f"internal error ({type(exc).__name__}: {exc})")
+
+
+ANSWERS_KEPT = 32
+"""How many answers of ``compute(setup_json, False)`` the bridge keeps (its own and :func:`prefetch`'s)."""
+
+MAX_KEPT_SETUP_CHARS = 65_536
+"""Longer setup texts (a pasted config.json of a large model) are answered but not kept."""
+
+_ANSWERS: dict[str, str] = {}
+"""Setup JSON text -> the answer of ``compute(text, False)``, least recently used first (an LRU)."""
+
+
+def _remembered(setup_json: Any) -> str:
+    """The answer of ``compute(setup_json, False)``: kept from an earlier call, or computed and kept.
+
+    Exact: an answer depends on the setup's text alone (the estimate reads nothing else), so a
+    kept answer is the text a new compute would give, byte for byte."""
+    if not isinstance(setup_json, str) or len(setup_json) > MAX_KEPT_SETUP_CHARS:
+        return _compute(setup_json, False)
+    answer = _ANSWERS.pop(setup_json, None)
+    if answer is None:
+        answer = _compute(setup_json, False)
+        if not answer.startswith('{"ok":true'):
+            return answer  # errors are quick to find again, and a MemoryError need not recur
+        while len(_ANSWERS) >= ANSWERS_KEPT:
+            del _ANSWERS[next(iter(_ANSWERS))]
+    _ANSWERS[setup_json] = answer
+    return answer
+
+
+def prefetch(setup_json: str) -> bool:
+    """Compute ``compute(setup_json, False)`` ahead of time, while the page is idle: the setups one
+    control step away from the one on screen (web/js/prefetch.js), so that the change the reader
+    makes next is answered from :data:`_ANSWERS` without a replay. True when its answer is kept
+    (computed now, or before: then it becomes the most recently used), False when it is not (an
+    invalid setup, or too long a text). Never raises (like :func:`compute`)."""
+    try:
+        _remembered(setup_json)
+        return isinstance(setup_json, str) and setup_json in _ANSWERS
+    except Exception:  # noqa: BLE001 - the worker must always get an answer; a prefetch is optional
+        return False
 
 
 MAX_RESERVE_FRACTION = 4.0

@@ -57,6 +57,21 @@ PER_TENSOR_RESIDENT_PARTS = {
 MAX_REPLAYED_MICRO_BATCHES = 2
 """Later micro-batches repeat the second one (as in ``simulate.py``)."""
 
+_OF_PLAN: dict = {}
+"""What the streams of one (plan, stage) read again and again, computed once: the replay builds two
+streams (memory.py: 8 and 4 layers) of the same plan, each asking for the same model states,
+traces and resident tensors. Holds the plan and stage themselves, so an ``is`` test is exact."""
+
+
+def _of_plan(plan: Plan, stage: Stage, name: Hashable, compute):
+    if _OF_PLAN.get("plan") is not plan or _OF_PLAN.get("stage") is not stage:
+        _OF_PLAN.clear()
+        _OF_PLAN["plan"], _OF_PLAN["stage"] = plan, stage
+    found = _OF_PLAN.get(name)
+    if found is None:
+        found = _OF_PLAN[name] = compute()
+    return found
+
 
 @dataclass
 class _Stream:
@@ -103,7 +118,7 @@ def resident_tensors(plan: Plan, stage: Stage, resident_parts: dict, workspace_b
     """(name, bytes) of every tensor alive before the step starts, in allocation order."""
     from ..simulate import model_states  # late: simulate imports the traces this module reads
 
-    states = model_states(plan, stage)
+    states = _of_plan(plan, stage, "states", lambda: model_states(plan, stage))
     sharding = plan.sharding
     tensors: list[tuple[str, int]] = []
     slices = plan.slices(stage)
@@ -144,7 +159,7 @@ class _StepBuilder:
         from ..simulate import _gathered_weights, _resident_gradient_buffer, _traces, model_states
 
         self.plan, self.stage, self.out, self.step = plan, stage, stream, step
-        self.states = model_states(plan, stage)
+        self.states = _of_plan(plan, stage, "states", lambda: model_states(plan, stage))
         self.gathered_bytes: dict[int, int] = {
             kind: (layer if _gathered_weights(plan, layer)[0] else 0)
             for kind, layer in self.states.gathered_layer_weights.items()
@@ -154,11 +169,16 @@ class _StepBuilder:
         self.gather_stream = ALL_GATHER_STREAM if plan.sharding.weights > 1 else MAIN_STREAM
         self.resident_gradients = bool(_resident_gradient_buffer(plan))
         self.shard_gradients = plan.sharding.gradients > 1 or self.resident_gradients
-        self.first = _traces(plan, stage, grads_exist=False)
+        self.first = _of_plan(plan, stage, ("traces", False), lambda: _traces(plan, stage, grads_exist=False))
         accumulation = plan.setup.gradient_accumulation_steps
-        self.later = _traces(plan, stage, grads_exist=True) if accumulation > 1 else self.first
+        self.later = (
+            _of_plan(plan, stage, ("traces", True), lambda: _traces(plan, stage, grads_exist=True))
+            if accumulation > 1
+            else self.first
+        )
         self.param_grads: list[Hashable] = []
         self.grad_shards: list[Hashable] = []
+        self._released: dict[int, tuple] = {}
         self.layers = stage.num_layers if max_layers is None else min(stage.num_layers, max_layers)
         self.kind_of = [kind for _, count, kind in plan.stage_layer_runs(stage) for _ in range(count)][: self.layers]
         """The layer kind (position in inventory.layer_groups) of each replayed layer, in stage order."""
@@ -172,23 +192,50 @@ class _StepBuilder:
         ``no_grad``: the forward runs under ``torch.no_grad`` (checkpointing's first pass): whatever
         the tape would have saved is freed as soon as the piece returns."""
         in_storage = trace.input_key[0] if trace.input_key else None
-        alloc, free = self.out.alloc, self.out.free
+        out = self.out
+        free_input = not keep_input and input_ref is not None
+        # _Stream.alloc and free, inlined: every key here is (ns, storage), so its namespace is ns.
+        live, append = out.live, out.events.append
+        namespace = out.by_namespace.get(ns)
+        slot = out.slots
         for op, storage, nbytes in trace.forward_events:
             if storage == in_storage:
-                if op == "free" and not keep_input and input_ref is not None:
-                    free(input_ref)
+                if op == "free" and free_input:
+                    out.free(input_ref)
                 continue
+            key = (ns, storage)
             if op == "alloc":
-                alloc((ns, storage), nbytes)
+                if nbytes <= 0 or key in live:
+                    continue
+                if namespace is None:
+                    namespace = out.by_namespace[ns] = {}
+                namespace[key] = None
+                live[key] = (nbytes, MAIN_STREAM, slot, namespace)
+                append(("alloc", slot, nbytes, MAIN_STREAM))
+                slot += 1
             else:
-                free((ns, storage))
+                found = live.pop(key, None)
+                if found is not None:
+                    append(("free", found[2], found[0], found[1]))
+                    found[3].pop(key, None)
+        out.slots = slot
         output = (ns, trace.output_key[0]) if trace.output_key else None
         if no_grad:
             self.out.free_all([key for key in self._keys_of(ns) if key != output])
             return output, []
-        released_in_backward = {k for op, k, _ in trace.backward_events if op == "free" and isinstance(k, int)}
+        released_in_backward = self._released_in_backward(trace)
         leftovers = [key for key in self._keys_of(ns) if key != output and key[1] not in released_in_backward]
         return output, leftovers
+
+    def _released_in_backward(self, trace: Trace) -> set:
+        """The storages of ``trace``'s own forward that its backward frees (computed once per trace)."""
+        found = self._released.get(id(trace))
+        if found is None or found[0] is not trace:
+            found = self._released[id(trace)] = (
+                trace,
+                {k for op, k, _ in trace.backward_events if op == "free" and isinstance(k, int)},
+            )
+        return found[1]
 
     def _keys_of(self, ns: tuple) -> list[tuple]:
         return list(self.out.by_namespace.get(ns, ()))
@@ -199,22 +246,40 @@ class _StepBuilder:
         """Replay a piece's backward log; returns the key of the gradient it leaves for its input."""
         in_storage, in_uid = trace.input_key if trace.input_key else (None, None)
         out_uid = trace.output_key[1] if trace.output_key else None
-        alloc, free = self.out.alloc, self.out.free
+        out = self.out
+        alloc, free = out.alloc, out.free
+        live, append = out.live, out.events.append
+        param_grads = self.param_grads
+        by_namespace = out.by_namespace
         for op, key, nbytes in trace.backward_events:
             if isinstance(key, int):
-                mapped = input_ref if key == in_storage else (ns, key)
+                if key == in_storage:
+                    if input_ref is not None:
+                        alloc(input_ref, nbytes) if op == "alloc" else free(input_ref)
+                    continue
             elif key[0] == "g" and key[1] == out_uid:
-                mapped = grad_ref
-            else:
-                mapped = (ns, key)
-            if mapped is None:
+                if grad_ref is not None:
+                    alloc(grad_ref, nbytes) if op == "alloc" else free(grad_ref)
                 continue
+            # a key of this piece, (ns, key): _Stream.alloc and free, inlined
+            mapped = (ns, key)
             if op == "alloc":
-                alloc(mapped, nbytes)
+                if nbytes > 0 and mapped not in live:
+                    namespace = by_namespace.get(ns)
+                    if namespace is None:
+                        namespace = by_namespace[ns] = {}
+                    namespace[mapped] = None
+                    slot = out.slots
+                    out.slots = slot + 1
+                    live[mapped] = (nbytes, MAIN_STREAM, slot, namespace)
+                    append(("alloc", slot, nbytes, MAIN_STREAM))
                 if isinstance(key, tuple) and key[0] == "p":
-                    self.param_grads.append(mapped)
+                    param_grads.append(mapped)
             else:
-                free(mapped)
+                found = live.pop(mapped, None)
+                if found is not None:
+                    append(("free", found[2], found[0], found[1]))
+                    found[3].pop(mapped, None)
         if grad_ref is not None:
             self.out.free(grad_ref)  # consumed: the engine drops the incoming gradient
         leftover = (ns, ("g", in_uid))
@@ -327,9 +392,15 @@ class _StepBuilder:
             self.out.free(hidden)
         # Anything of this micro-batch still alive that is not a gradient is released with the graph.
         grads = set(self.param_grads) | set(self.grad_shards)
+        # (a key whose head is no tuple, a resident tensor's, belongs to no micro-batch: _micro_batch_of)
         self.out.free_all(
-            [key for key in self.out.live if isinstance(key, tuple) and _micro_batch_of(key) == tag and key not in grads]
-        )
+            [
+                key
+                for key in self.out.live
+                if isinstance(key, tuple) and isinstance(key[0], tuple) and _micro_batch_of(key) == tag
+                and key not in grads
+            ]
+        )  # fmt: skip
 
     def optimizer_step(self) -> None:
         plan, states = self.plan, self.states
@@ -404,12 +475,14 @@ def step_events(
     tensors alive is laid out once and repeated (:func:`_repeat_step`); False builds every step
     (the same events, with new slot numbers)."""
     stream = _Stream()
-    for name, nbytes in resident_tensors(plan, stage, resident_parts, workspace_bytes):
-        stream.alloc(("resident", name), nbytes)
+    events, live, slots, resident_slots = _of_plan(
+        plan, stage, ("resident", tuple(resident_parts.items()), workspace_bytes),
+        lambda: _resident_stream(plan, stage, resident_parts, workspace_bytes),
+    )  # fmt: skip
+    stream.events, stream.live, stream.slots = list(events), dict(live), slots
     if plan.architecture is None:
         return stream.events
     accumulation = plan.setup.gradient_accumulation_steps
-    resident_slots = {slot for _, _, slot, _ in stream.live.values()}
     first: Optional[tuple[int, int]] = None
     for step in range(steps):
         if first is not None and {slot for _, _, slot, _ in stream.live.values()} == resident_slots:
@@ -424,6 +497,15 @@ def step_events(
         if repeat_steps and first is None:
             first = (start, len(stream.events) - 1)
     return stream.events
+
+
+def _resident_stream(plan: Plan, stage: Stage, resident_parts: dict, workspace_bytes: int) -> tuple:
+    """The events, live keys and slot count of a stream once the resident tensors are allocated, and
+    their slots (the same for every stream of the plan: each stream copies them)."""
+    stream = _Stream()
+    for name, nbytes in resident_tensors(plan, stage, resident_parts, workspace_bytes):
+        stream.alloc(("resident", name), nbytes)
+    return stream.events, stream.live, stream.slots, {slot for _, _, slot, _ in stream.live.values()}
 
 
 def _repeat_step(stream: _Stream, start: int, end: int, step: int) -> None:

@@ -80,17 +80,19 @@ def replay_best_fit(allocator: CachingAllocator, events: list) -> Optional[tuple
     best_allocated, reserved_at_best = -1, 0
     blocks: dict[int, Block] = {}
     blocks_pop = blocks.pop
+    # the module's constants as locals (the loop reads them for every event)
+    min_block, small_size, key_limit, new_block = MIN_BLOCK_BYTES, SMALL_SIZE_BYTES, KEY_FIELD_LIMIT, Block
     # Keys pack (stream, size, address) into 64-bit fields: ((stream << 64 | size) << 64) | address.
     for op, slot, nbytes, stream in events:
         if op == "alloc":
-            if nbytes >= KEY_FIELD_LIMIT:
+            if nbytes >= key_limit:
                 return None
             # ------------------------------------------------ malloc: round_size, get_pool
-            if rounds_by_divisions or nbytes < MIN_BLOCK_BYTES:
+            if rounds_by_divisions or nbytes < min_block:
                 size = round_size(nbytes, settings)
             else:
-                size = -(-nbytes // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
-            small = size <= SMALL_SIZE_BYTES
+                size = -(-nbytes // min_block) * min_block
+            small = size <= small_size
             if small:
                 keys, listed = small_keys, small_list
             else:
@@ -112,8 +114,8 @@ def replay_best_fit(allocator: CachingAllocator, events: list) -> Optional[tuple
             if block is None:
                 # -------------------------------------------- alloc_block: a new segment (cudaMalloc)
                 segment_bytes = allocation_size(size)
-                block = Block(stream, segment_bytes, small, new_address(segment_bytes))
-                if allocator._next_address >= KEY_FIELD_LIMIT:
+                block = new_block(stream, segment_bytes, small, new_address(segment_bytes))
+                if allocator._next_address >= key_limit:
                     return None
                 heads[id(block)] = block
                 live_segments += 1
@@ -123,9 +125,9 @@ def replay_best_fit(allocator: CachingAllocator, events: list) -> Optional[tuple
                 device_allocs += 1
             # ------------------------------------------------ should_split + alloc_found_block
             remaining = block.size - size
-            if (remaining >= MIN_BLOCK_BYTES) if small else (size < max_split and remaining > SMALL_SIZE_BYTES):
+            if (remaining >= min_block) if small else (size < max_split and remaining > small_size):
                 rest = block
-                block = Block(stream, size, small, rest.address, rest.segment)
+                block = new_block(stream, size, small, rest.address, rest.segment)
                 before = rest.prev
                 block.prev = before
                 if before is not None:
@@ -134,7 +136,8 @@ def replay_best_fit(allocator: CachingAllocator, events: list) -> Optional[tuple
                 rest.prev = block
                 rest.address += size
                 rest.size -= size
-                if heads_pop(id(rest), None) is not None:
+                # the first block of a segment (no predecessor) is its head: the new block takes its place
+                if before is None and heads_pop(id(rest), None) is not None:
                     heads[id(block)] = block
                 key = (((stream << 64) | rest.size) << 64) | rest.address
                 index = bisect_left(keys, key)
@@ -169,7 +172,7 @@ def replay_best_fit(allocator: CachingAllocator, events: list) -> Optional[tuple
                 block.prev = before
                 if before is not None:
                     before.next = block
-                if heads_pop(id(neighbour), None) is not None:
+                elif heads_pop(id(neighbour), None) is not None:  # the predecessor was its segment's head
                     heads[id(block)] = block
                 key = (((neighbour.stream << 64) | neighbour.size) << 64) | neighbour.address
                 index = bisect_left(keys, key)
