@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Optional
 
 from ..layers import Trace
+from ..parallel import deepspeed
 from ..plan import Plan, Stage
 from ..tape import DTYPE_BYTES
 
@@ -406,7 +407,9 @@ class _StepBuilder:
         plan, states = self.plan, self.states
         precision = plan.precision
         tag = (self.step, "optimizer")
-        if precision.master_weights and precision.gradient_dtype != "fp32" and not plan.parallel.offload_optimizer:
+        if deepspeed.frees_gradients_before_update(plan):
+            self._zero_flatten_and_free_gradients(tag)
+        elif precision.master_weights and precision.gradient_dtype != "fp32" and not plan.parallel.offload_optimizer:
             self.out.alloc((tag, "fp32 gradient partition"), states.trainable_numel * 4 // plan.sharding.optimizer)
         temporaries = states.step_temporaries
         if temporaries:
@@ -423,6 +426,26 @@ class _StepBuilder:
                 self.out.free((tag, "step temporaries"))
         self.out.free((tag, "fp32 gradient partition"))
         # zero_grad(set_to_none=True)
+        self.out.free_all(self.param_grads + self.grad_shards)
+        self.param_grads, self.grad_shards = [], []
+
+    def _zero_flatten_and_free_gradients(self, tag: tuple) -> None:
+        """ZeRO-1/2's ``step`` before the update, as ``simulate._optimizer_step`` counts it
+        (trainmem.parallel.deepspeed ``flatten_moment_parts``, ``update_gradient_partition_bytes``): the rank's
+        gradient partition flattened (``flatten_dense_tensors_aligned``), cast to fp32 (``.to``: the flattened
+        copy itself for fp32 gradients), then every ``.grad`` and the 16-bit partition freed
+        (``free_grad_in_param_list``, ``averaged_gradients[i] = None``); the fp32 partition lives through the
+        update. ZeRO-1 frees the ``.grad`` of the parameters outside its partition first; the stream keeps
+        them to this moment (its parameters are not split by partition)."""
+        plan = self.plan
+        partition = self.states.trainable_numel // max(1, plan.sharding.optimizer)
+        gradient_bytes = DTYPE_BYTES[plan.precision.gradient_dtype]
+        if gradient_bytes == 4:
+            self.out.alloc((tag, "fp32 gradient partition"), partition * 4)
+        else:
+            self.out.alloc((tag, "flattened gradient partition"), partition * gradient_bytes)
+            self.out.alloc((tag, "fp32 gradient partition"), partition * 4)
+            self.out.free((tag, "flattened gradient partition"))
         self.out.free_all(self.param_grads + self.grad_shards)
         self.param_grads, self.grad_shards = [], []
 
