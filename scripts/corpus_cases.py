@@ -407,6 +407,10 @@ CASES: list[dict[str, Any]] = [
          description="Sliding window (128) shorter than the sequence: SDPA gets a materialised mask."),
     case("mistral-window-small-ampbf16-adamw-eager-b2-s512", MISTRAL_WINDOW_SMALL, batch=2, seq=512,
          precision="amp-bf16", attention="eager"),
+    case("mistral-window-small-fp32-adamw-d64-b2-s384",
+         {**MISTRAL_WINDOW_SMALL, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}, batch=2, seq=384,
+         description="Sliding window (128) under fp32 with head_dim 64 and seq 384: the SDPA mask (b, 1, s, s) "
+         "and the repeated K/V differ in size."),
     case("llama4-small-ampbf16-adamw-b2-s256", LLAMA4_SMALL, batch=2, seq=256, precision="amp-bf16",
          description="Llama 4: dense and MoE layers interleaved, every expert on every token, NoPE layer 3."),
     case("llama4-small-fp32-adamw-eager-ckpt-b2-s256", LLAMA4_SMALL, batch=2, seq=256, attention="eager",
