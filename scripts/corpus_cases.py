@@ -411,6 +411,12 @@ CASES: list[dict[str, Any]] = [
          {**MISTRAL_WINDOW_SMALL, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}, batch=2, seq=384,
          description="Sliding window (128) under fp32 with head_dim 64 and seq 384: the SDPA mask (b, 1, s, s) "
          "and the repeated K/V differ in size."),
+    case("mistral-small-fp32-adamw-d320-b2-s256",
+         {**MISTRAL_SMALL, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 320}, batch=2, seq=256,
+         description="Grouped-query heads 320 wide (> 256), no mask: transformers repeats K/V (use_gqa_in_sdpa)."),
+    case("mistral-mqa-small-fp32-adamw-d320-b2-s256",
+         {**MISTRAL_SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 320}, batch=2, seq=256,
+         description="One key/value head 320 wide, no mask: repeat_kv is a view (no copy)."),
     case("llama4-small-ampbf16-adamw-b2-s256", LLAMA4_SMALL, batch=2, seq=256, precision="amp-bf16",
          description="Llama 4: dense and MoE layers interleaved, every expert on every token, NoPE layer 3."),
     case("llama4-small-fp32-adamw-eager-ckpt-b2-s256", LLAMA4_SMALL, batch=2, seq=256, attention="eager",

@@ -35,6 +35,10 @@ def test_a_head_wider_than_256_repeats_without_a_mask():
     assert not sdpa_repeats_kv(_shape(head_dim=256))
 
 
+def test_one_kv_head_repeats_as_a_view():
+    assert not sdpa_repeats_kv(_shape(heads=8, kv_heads=1, mask=True, head_dim=512))
+
+
 def test_multi_head_attention_never_repeats():
     assert not sdpa_repeats_kv(_shape(heads=8, kv_heads=8, mask=True, head_dim=512))
 
@@ -45,6 +49,8 @@ MASKED_GQA_CASES = [
     "gemma3-small-ampbf16-adamw-b2-s256",  # exact before and after: fp32 mask == bf16 mask + repeated K/V
     "llama-14m-ampbf16-adamw-padmask-b4-s256",
     "mistral-window-small-fp32-adamw-d64-b2-s384",  # was -0.4%: sizes differ (mask 1.1 MiB, repeated K 768 KiB)
+    "mistral-small-fp32-adamw-d320-b2-s256",  # was -1.5%: no mask, but heads wider than 256
+    "mistral-mqa-small-fp32-adamw-d320-b2-s256",  # one K/V head: repeat_kv is a view
     "exaone4-small-fp32-adamw-b2-s256",  # was -0.66%: repeated K/V, and the global NoPE layer's q/k norms
 ]
 

@@ -81,9 +81,11 @@ def sdpa_repeats_kv(shape: LayerShape) -> bool:
     than the sequence, padding, packed rows). Measured, torch 2.13 CPU (OLMo 3, Mistral with a window,
     Gemma 3, Llama packed/padded): the repeated copies are what the fused kernel saves for backward;
     under autocast the copy of an fp32 (rotated) K dies in forward once its bf16 cast is saved.
+    With one key/value head (multi-query attention) ``repeat_kv``'s reshape merges a size-1 dim with the
+    stride-0 expanded one: a view, no copy (measured: no ``aten.clone``, head_dim 320, no mask).
     XPU and MPS take masked GQA natively; trainmem models CPU and CUDA only.
     """
-    if shape.heads == shape.kv_heads:
+    if shape.heads == shape.kv_heads or shape.kv_heads == 1:
         return False
     return shape.attention_mask or shape.head_dim > SDPA_GQA_MAX_HEAD_DIM
 
