@@ -53,7 +53,8 @@ class LayerShape:
     """Routed experts held by this rank (num_experts / expert_parallel_size)."""
     shared_intermediate: int = 0
     attention_mask: bool = False
-    """transformers materialises a 4-D mask for SDPA (a sliding window shorter than the sequence)."""
+    """transformers materialises a 4-D mask for SDPA (a sliding window shorter than the sequence, padding,
+    packed rows); SDPA then repeats grouped K/V (:func:`sdpa_repeats_kv`)."""
     packed_row: bool = False
     """The mask is the block-diagonal mask of a packed row (``trainmem.packing``)."""
     cross_seq: int = 0
@@ -62,6 +63,31 @@ class LayerShape:
     @property
     def tokens(self) -> int:
         return self.batch * self.seq
+
+
+SDPA_GQA_MAX_HEAD_DIM = 256
+"""The widest head SDPA's grouped-query path takes on CPU/CUDA (transformers 5.24 sdpa_attention.py
+``use_gqa_in_sdpa``: ``key.shape[-1] == value.shape[-1] <= 256``)."""
+
+
+def sdpa_repeats_kv(shape: LayerShape) -> bool:
+    """Whether transformers' SDPA path copies K and V to every query head (``repeat_kv``) instead of
+    passing ``enable_gqa=True``.
+
+    transformers 5.24 ``integrations/sdpa_attention.py`` ``sdpa_attention_forward``: with more query than
+    key/value heads, ``use_gqa_in_sdpa`` allows GQA on CPU/CUDA only when ``attention_mask is None`` and
+    the head dim is at most 256; otherwise ``repeat_kv`` (an expand + reshape, i.e. an ``aten.clone``
+    per K and V) runs. A mask is passed whenever trainmem marks one materialised (sliding window shorter
+    than the sequence, padding, packed rows). Measured, torch 2.13 CPU (OLMo 3, Mistral with a window,
+    Gemma 3, Llama packed/padded): the repeated copies are what the fused kernel saves for backward;
+    under autocast the copy of an fp32 (rotated) K dies in forward once its bf16 cast is saved.
+    With one key/value head (multi-query attention) ``repeat_kv``'s reshape merges a size-1 dim with the
+    stride-0 expanded one: a view, no copy (measured: no ``aten.clone``, head_dim 320, no mask).
+    XPU and MPS take masked GQA natively; trainmem models CPU and CUDA only.
+    """
+    if shape.heads == shape.kv_heads or shape.kv_heads == 1:
+        return False
+    return shape.attention_mask or shape.head_dim > SDPA_GQA_MAX_HEAD_DIM
 
 
 @dataclass(frozen=True)
@@ -365,22 +391,22 @@ class LayerProgram:
         lse_numel = shape.batch * shape.heads * shape.seq
         dropout = arch.attention_dropout
         if kernel == "fused":
-            if not shape.attention_mask:
-                return tape.fused_attention(q, k, v, lse_numel, dropout > 0)  # output laid out (b, s, a, d)
-            # SDPA turns the boolean (b, 1, s, s) mask into an additive one in the query's dtype, per call, and
-            # keeps it for backward (measured, torch 2.13 CPU: one per sliding-window layer).
-            # A packed row's mask was measured in the dtype SDPA runs in (autocast's); sliding-window masks in q's.
-            mask_dtype = (tape.autocast or q.dtype) if shape.packed_row else q.dtype
-            mask = tape.new(shape.batch * shape.seq * shape.kv_seq, mask_dtype, False)
-            groups = shape.heads // shape.kv_heads
-            repeated = shape.packed_row and groups > 1
-            if repeated:  # a mask rules out enable_gqa: repeat_kv copies K and V (sdpa_attention.py use_gqa_in_sdpa)
+            repeated = sdpa_repeats_kv(shape)
+            if repeated:  # repeat_kv: expand + reshape copies of K and V, saved by the kernel in their place
+                groups = shape.heads // shape.kv_heads
                 k, v = tape.copy(k, k.numel * groups), tape.copy(v, v.numel * groups)
-            out = tape.fused_attention(q, k, v, lse_numel, dropout > 0, also_keeps=(mask,))
-            tape.release(mask)
+            mask = None
+            if shape.attention_mask:
+                # SDPA turns the boolean (b, 1, s, s) mask into an additive one (aten.where) in the dtype it runs
+                # in (autocast's, else q's), per call, and keeps it for backward (measured, torch 2.13 CPU: one per
+                # masked layer; packed rows, padding and sliding windows alike).
+                mask = tape.new(shape.batch * shape.seq * shape.kv_seq, tape.autocast or q.dtype, False)
+            out = tape.fused_attention(q, k, v, lse_numel, dropout > 0, also_keeps=(mask,) if mask is not None else ())
+            if mask is not None:
+                tape.release(mask)
             if repeated:
                 tape.release(k, v)
-            return out
+            return out  # output laid out (b, s, a, d)
         if kernel == "math":
             return self._math_attention(q, k, v)
         groups = shape.heads // shape.kv_heads

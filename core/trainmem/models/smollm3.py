@@ -32,12 +32,25 @@ SMOLLM3_DEFAULTS = dict(
 
 
 class NopeLayerProgram(LayerProgram):
-    """Llama's layer, whose NoPE layers (``Architecture.layer_rope`` false) skip RoPE."""
+    """Llama's layer, whose NoPE layers (``Architecture.layer_rope`` false) skip RoPE. Their q/k norms still
+    run (EXAONE 4 ``Exaone4Attention.forward`` norms q and k in every layer and rotates only in sliding ones;
+    measured, torch 2.13 CPU: the global layer saves both norms' products and rsqrt)."""
 
     def _position_and_norm(self, q: Sym, k: Sym, produced: list[Sym]) -> tuple[Sym, Sym, bool]:
         if self.arch.layer_rope:
             return super()._position_and_norm(q, k, produced)
-        return q, k, False
+        if not self.arch.qk_norm:
+            return q, k, False
+        shape, names = self.shape, self.names
+        tokens, d = shape.tokens, shape.head_dim
+        if self.arch.qk_norm_over == "projection":
+            q_normed = self.norm(names.q_norm, q, tokens, shape.heads * d)
+            k_normed = self.norm(names.k_norm, k, tokens, shape.kv_heads * d)
+        else:
+            q_normed = self.norm(names.q_norm, q, tokens * shape.heads, d)
+            k_normed = self.norm(names.k_norm, k, tokens * shape.kv_heads, d)
+        self.tape.release(q, k)
+        return q_normed, k_normed, False
 
 
 def nope_layers(fields: ConfigFields, layers: int) -> tuple[int, ...]:
