@@ -186,3 +186,20 @@ def test_the_inference_cache_of_mamba_layers_is_refused_not_miscounted():
     for config in (GRANITE, NEMOTRON):
         with pytest.raises(FieldError, match="not modelled yet"):
             layer_cache_shapes(architecture_from_hf_config(config))
+
+
+def test_a_split_mamba_mixer_is_refused_when_the_setup_is_read():
+    """Tensor and sequence parallelism of the Mamba-2 layers: one line naming the field, at validation."""
+    from pydantic import ValidationError
+
+    from trainmem.errors import format_validation_error
+    from trainmem.setup import Setup
+
+    base = {"model": {"preset": "nemotron-h-8b"}, "micro_batch_size": 1, "sequence_length": 64}
+    for parallelism, field in (
+        ({"num_gpus": 2, "strategy": "fsdp", "tensor_parallel_size": 2}, "parallelism.tensor_parallel_size"),
+    ):
+        with pytest.raises(ValidationError) as error:
+            Setup.model_validate({**base, "parallelism": parallelism})
+        [(path, message)] = format_validation_error(error.value)
+        assert path == field and "Mamba-2" in message and "\n" not in message

@@ -108,11 +108,18 @@ def test_wrapper_estimates_and_states_what_is_not_counted():
 
 
 def test_tensor_parallel_delta_net_is_refused_in_one_line():
+    """Refused when the setup is read (trainmem.setup check_divisibility), before any trace runs."""
+    from pydantic import ValidationError
+
+    from trainmem.errors import format_validation_error
+    from trainmem.setup import Setup
+
     setup = {"model": {"hf_config": DENSE}, "micro_batch_size": 1, "sequence_length": 64,
              "parallelism": {"num_gpus": 2, "tensor_parallel_size": 2}}
-    with pytest.raises(FieldError) as error:
-        estimate(setup)
-    assert error.value.field == "parallelism.tensor_parallel_size"
+    with pytest.raises(ValidationError) as error:
+        Setup.model_validate(setup)
+    [(path, message)] = format_validation_error(error.value)
+    assert path == "parallelism.tensor_parallel_size" and "Gated DeltaNet" in message
 
 
 # ---------------------------------------------------------------------------- against a real forward

@@ -761,6 +761,14 @@ def check_divisibility(architecture: Architecture, setup: Setup) -> None:
         f"{tp_field} ({tp}) must divide vocab_size ({architecture.vocab_size}): the vocabulary is sharded; "
         "Megatron pads it to a multiple of 128 × TP (--make-vocab-size-divisible-by), give the padded size",
     )
+    if architecture.linear_attention_layers:  # the layers' traces refuse a split mixer too (mamba2_mixer, qwen3_next)
+        mixer = "Mamba-2" if architecture.mamba is not None else "Gated DeltaNet"
+        need(tp == 1, tp_field, f"tensor parallelism of {architecture.model_type}'s {mixer} layers is not modelled yet; use 1")
+        need(
+            not parallel.sequence_parallel,
+            "parallelism.sequence_parallel",
+            f"is not modelled for {architecture.model_type}'s {mixer} layers yet",
+        )
     from .parallel.pipelining import check_layers, check_micro_batches
 
     check_layers(architecture.num_hidden_layers, parallel)

@@ -148,9 +148,15 @@ def test_hostile_files_get_one_inline_line_and_the_page_keeps_working(page, guar
     for name, data, fragment in HOSTILE_FILES:
         picker.set_input_files([{"name": name, "mimeType": "application/octet-stream", "buffer": data}])
         page.get_by_test_id("files-error").wait_for()
+        # This file's own answer: its name and fragment in the line, and the panel no longer busy (two files in
+        # a row can share a fragment, so the last file's line alone would match while this one is still read).
         page.wait_for_function(
-            """(fragment) => document.querySelector('[data-testid="files-error"]').textContent.includes(fragment)""",
-            arg=fragment,
+            """([name, fragment]) => {
+                const text = document.querySelector('[data-testid="files-error"]').textContent;
+                const busy = document.querySelector('[data-testid="trainer-files"]').getAttribute("aria-busy");
+                return text.includes(name) && text.includes(fragment) && busy === "false";
+            }""",
+            arg=[name, fragment],
             timeout=120_000,
         )
         message = _files_error(page)
