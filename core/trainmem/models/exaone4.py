@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..architecture import Architecture
 from ..layers import LayerProgram
-from .family import DecoderFamily, common_decoder_fields
+from .family import DecoderFamily, checked_layer_types, common_decoder_fields
 from .fields import ConfigFields
 from .smollm3 import NopeLayerProgram
 
@@ -34,13 +34,8 @@ EXAONE4_DEFAULTS = dict(
 def exaone4_layer_types(fields: ConfigFields, layers: int) -> list[str]:
     """The file's ``layer_types``, else ``sliding_window_pattern``: an integer n (every n-th layer global) or
     a string of L (local, sliding) and G (global) repeated from layer 0 (the config docstring's "LLLG")."""
-    layer_types = fields.string_list("layer_types")
+    layer_types = checked_layer_types(fields, layers)
     if layer_types:
-        if len(layer_types) != layers:
-            raise fields.fail("layer_types", f"has {len(layer_types)} entries for {layers} layers")
-        unknown = sorted(set(layer_types) - {"sliding_attention", "full_attention"})
-        if unknown:
-            raise fields.fail("layer_types", f"unknown layer type {unknown[0]!r}; allowed: sliding_attention, full_attention")
         return layer_types
     pattern = fields.raw("sliding_window_pattern", 4)
     if isinstance(pattern, str):

@@ -143,6 +143,23 @@ def common_decoder_fields(fields: ConfigFields, defaults: Mapping[str, object]) 
     }
 
 
+ATTENTION_LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def checked_layer_types(fields: ConfigFields, layers: int, allowed: tuple[str, ...] = ATTENTION_LAYER_TYPES) -> list[str]:
+    """The file's ``layer_types`` ([] when it has none), one entry per layer, each one of ``allowed``: else one
+    FieldError naming ``layer_types`` (transformers' ``layer_type_validation``, configuration_utils.py)."""
+    layer_types = fields.string_list("layer_types")
+    if not layer_types:
+        return []
+    if len(layer_types) != layers:
+        raise fields.fail("layer_types", f"has {len(layer_types)} entries for {layers} layers")
+    unknown = sorted(set(layer_types) - set(allowed))
+    if unknown:
+        raise fields.fail("layer_types", f"unknown layer type {unknown[0]!r}; allowed: {', '.join(allowed)}")
+    return layer_types
+
+
 def sliding_window_fields(
     fields: ConfigFields,
     layers: int,

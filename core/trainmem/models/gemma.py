@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..architecture import Architecture
 from ..layers import LayerProgram
 from ..tape import Sym
-from .family import DecoderFamily, common_decoder_fields, sliding_window_fields
+from .family import DecoderFamily, checked_layer_types, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
 
 
@@ -102,14 +102,8 @@ class Gemma3Text(DecoderFamily):
         common = common_decoder_fields(fields, GEMMA3_TEXT_DEFAULTS)
         bias = fields.boolean("attention_bias", False)
         layers = common["num_hidden_layers"]
-        layer_types = fields.string_list("layer_types")
-        if layer_types:
-            if len(layer_types) != layers:
-                raise fields.fail("layer_types", f"has {len(layer_types)} entries for {layers} layers")
-            unknown = sorted(set(layer_types) - {"sliding_attention", "full_attention"})
-            if unknown:
-                raise fields.fail("layer_types", f"unknown layer type {unknown[0]!r}; allowed: sliding_attention, full_attention")
-        else:
+        layer_types = checked_layer_types(fields, layers)
+        if not layer_types:
             pattern = fields.integer("sliding_window_pattern", 6)
             layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
         return Architecture(

@@ -11,7 +11,7 @@ olmo3.
 from __future__ import annotations
 
 from ..architecture import Architecture
-from .family import common_decoder_fields, sliding_window_fields
+from .family import checked_layer_types, common_decoder_fields, sliding_window_fields
 from .fields import ConfigFields
 from .olmo2 import OLMO2_DEFAULTS, Olmo2
 
@@ -20,15 +20,9 @@ OLMO3_WINDOW_DEFAULT = 4096
 
 def olmo3_layer_types(fields: ConfigFields, layers: int) -> list[str]:
     """``layer_types`` of the file, else three sliding layers to one full layer."""
-    layer_types = fields.string_list("layer_types")
-    if not layer_types:
-        return ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)]
-    if len(layer_types) != layers:
-        raise fields.fail("layer_types", f"has {len(layer_types)} entries for {layers} layers")
-    unknown = sorted(set(layer_types) - {"sliding_attention", "full_attention"})
-    if unknown:
-        raise fields.fail("layer_types", f"unknown layer type {unknown[0]!r}; allowed: sliding_attention, full_attention")
-    return layer_types
+    return checked_layer_types(fields, layers) or [
+        "sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)
+    ]
 
 
 class Olmo3(Olmo2):

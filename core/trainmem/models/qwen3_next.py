@@ -44,7 +44,7 @@ from ..layers import LayerProgram
 from ..tape import Sym
 from . import blocks
 from .blocks import ModuleNames, ParameterTensor
-from .family import QWEN2_MOE_STYLE_TARGETS, DecoderFamily, common_decoder_fields
+from .family import QWEN2_MOE_STYLE_TARGETS, DecoderFamily, checked_layer_types, common_decoder_fields
 from .fields import ConfigFields
 from .gemma import GemmaProgram
 from .qwen2 import sparse_step_dense_layers
@@ -110,15 +110,10 @@ LAYER_TYPES = ("linear_attention", "full_attention")
 def read_layer_types(fields: ConfigFields, layers: int) -> list[str]:
     """``layer_types``, or ``Qwen3NextConfig.__post_init__``'s default: every
     ``full_attention_interval``-th layer (4) is full attention, the others linear."""
-    layer_types = fields.string_list("layer_types")
+    layer_types = checked_layer_types(fields, layers, LAYER_TYPES)
     if not layer_types:
         interval = fields.integer("full_attention_interval", 4)
         return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)]
-    if len(layer_types) != layers:
-        raise fields.fail("layer_types", f"has {len(layer_types)} entries for {layers} layers")
-    unknown = sorted(set(layer_types) - set(LAYER_TYPES))
-    if unknown:
-        raise fields.fail("layer_types", f"unknown layer type {unknown[0]!r}; allowed: {', '.join(LAYER_TYPES)}")
     return layer_types
 
 
