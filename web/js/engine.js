@@ -3,10 +3,14 @@
 // compute() always answers the latest request: while one runs, newer requests replace the
 // queued one, and the replaced promises resolve to {superseded: true}.
 //
-// A request that runs longer than `computeLimitMs` (none should: the core bounds every size, and
-// its slowest accepted setup estimates in well under a second on CPython) is cancelled: Python in a
-// worker cannot be interrupted, so the worker is terminated and a new one boots in its place; the
-// cancelled compute resolves to {ok: false, cancelled: true, errors: [one message saying so]}.
+// The worker gets one request at a time (call(): a first-in, first-out line here, not in the
+// worker's message queue), so each request's time is its own. A request that runs longer than
+// `computeLimitMs` (none should: the core bounds every size, and its slowest accepted setup estimates
+// in well under a second on CPython) is cancelled: Python in a worker cannot be interrupted, so the
+// worker is terminated and a new one boots in its place; the cancelled request resolves to
+// {ok: false, cancelled: true, errors: [one message saying so]}. The requests waiting behind it are
+// not cancelled with it: they go to the new worker once it is booted, each under the limit in force
+// when it is sent.
 
 /** How many replayed answers the worker keeps (trainmem_web.ANSWERS_KEPT). */
 export const ANSWERS_KEPT = 32;
@@ -38,6 +42,8 @@ export class Engine {
     this.queued = null; // {setupJson, resolve}
     this.computeLimitMs = COMPUTE_LIMIT_MS; // a public setting (tests lower it)
     this.restarts = 0; // how many times a cancelled request restarted the worker
+    this.waiting = []; // requests not sent yet, oldest first: {type, payload, resolve, reject}
+    this.sending = null; // the request the worker has now
     // Prefetch (issue 14): setups one control step away, computed while nothing else waits.
     this.prefetchQueue = []; // setup JSON texts, next first
     this.prefetching = false;
@@ -80,8 +86,8 @@ export class Engine {
   }
 
   /**
-   * Terminate the worker (Python cannot be interrupted otherwise), fail what it was doing with
-   * EngineCancelled, and boot a new one in the background.
+   * Terminate the worker (Python cannot be interrupted otherwise), fail the one request it had with
+   * EngineCancelled, and boot a new one in the background (the requests still waiting are sent to it).
    */
   restart(reason) {
     const worker = this.worker;
@@ -111,11 +117,38 @@ export class Engine {
   }
 
   /**
-   * A request to the booted engine, cancelled (the worker restarted) when it has not answered
-   * within computeLimitMs; rejects with EngineCancelled then.
+   * A request to the booted engine, sent when the worker has answered every earlier one; cancelled
+   * (the worker restarted) when it has not answered within computeLimitMs of being sent: rejects
+   * with EngineCancelled then.
    */
-  async call(type, payload) {
-    await this.start();
+  call(type, payload) {
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ type, payload, resolve, reject });
+      this.sendNext();
+    });
+  }
+
+  /** True while the worker has a request or one waits to be sent (tests wait for it to end). */
+  get busy() {
+    return this.sending !== null || this.waiting.length > 0;
+  }
+
+  async sendNext() {
+    if (this.sending || this.waiting.length === 0) return;
+    const request = this.waiting.shift();
+    this.sending = request;
+    try {
+      await this.start(); // a restarted engine boots before the requests that waited are sent
+      request.resolve(await this.sendWithinLimit(request.type, request.payload));
+    } catch (error) {
+      request.reject(error);
+    } finally {
+      this.sending = null;
+      this.sendNext();
+    }
+  }
+
+  async sendWithinLimit(type, payload) {
     const limitMs = this.computeLimitMs;
     let timer = null;
     const answer = this.post(type, payload);
