@@ -253,6 +253,12 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             head = _cached(
                 ("score_head", key), lambda: trace_score_head(arch, shape, kernels, trainability, grads_exist)
             )
+        elif plan.setup.training.mode == "critic":  # PPO's value model (training.critic)
+            from .training.critic import trace_value_head
+
+            head = _cached(
+                ("value_head", key), lambda: trace_value_head(arch, shape, kernels, trainability, grads_exist)
+            )
         elif training_phases.uses_fused_head(plan):
             head = _cached(
                 ("fused_head", key, vocab, training_phases.policy_outputs(plan), training_phases.scored_fraction(plan)),

@@ -273,13 +273,13 @@ def _preset_for_path(path: str) -> tuple[Optional[str], str]:
 def read_algorithm(rec: Recorder) -> None:
     key = "algorithm.adv_estimator"
     estimator = text(rec, key, "gae")
-    rec.facts["training_mode"] = "grpo"
+    rec.facts["training_mode"] = "ppo" if estimator == "gae" else "grpo"
     if estimator == "gae":
-        rec.unmodelled(
-            key,
-            "gae: PPO's critic (a value model with its own gradients and optimizer states, critic.*) is not counted; "
-            "trainmem simulates the actor's step (training.mode grpo) only",
+        detail = (
+            "gae: PPO with a critic (training.mode ppo): the actor's RL step and the critic's update (critic.*), "
+            "each its own phase (inputs.verl_critic, training.critic)"
         )
+        rec.modelled(key, detail) if rec.has(key) else rec.default("training.mode", "ppo", key, f"{VERL_VERSION} (adv_estimator gae)")
     elif rec.has(key):
         rec.modelled(key, f"{estimator}: no critic; training.mode = grpo (TRL's GRPO program: the same actor step)")
     kl_loss = boolean(rec, f"{ACTOR}.use_kl_loss", False)
@@ -525,6 +525,8 @@ def read_not_modelled(rec: Recorder) -> None:
     critic = "critic"
     if isinstance(rec.get(critic), dict) and not rec.seen(critic):
         if text(rec, "algorithm.adv_estimator", "gae") == "gae":
-            rec.unmodelled(critic, "PPO's value model (gae): not counted")
+            from .verl_critic import read_critic
+
+            read_critic(rec)
         else:
             rec.neutral(critic, "no critic without gae")

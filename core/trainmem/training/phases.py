@@ -54,7 +54,7 @@ def effective_setup(setup: "Setup") -> "Setup":
     return setup.model_copy(update=update)
 
 
-FUSED_HEAD_MODES = ("dpo", "kto", "grpo", "rloo")
+FUSED_HEAD_MODES = ("dpo", "kto", "grpo", "rloo", "ppo")
 """Trainers that call ``add_fused_lm_head`` (trl/trainer/dpo_trainer.py, kto_trainer.py, grpo_trainer.py, rloo_trainer.py). The
 experimental ORPO/CPO/GKD trainers take ``outputs.logits`` whole: their heads are :mod:`.odds_ratio` and
 :mod:`.distillation`."""
@@ -68,6 +68,10 @@ def uses_fused_head(plan: "Plan") -> bool:
 def adjust_inventory(setup: "Setup", inventory):
     """The reward model has ``score`` (hidden → 1, no bias) where the causal LM has ``lm_head``
     (transformers ``*ForSequenceClassification``, TRL RewardTrainer ``num_labels=1``)."""
+    if inventory is not None and setup.training.mode == "critic":  # PPO's value model (training.critic)
+        from .critic import value_head_inventory
+
+        return value_head_inventory(inventory, setup.architecture().hidden_size)
     if inventory is None or setup.training.mode != "reward":
         return inventory
     from dataclasses import replace as replace_fields
@@ -296,6 +300,9 @@ def training_warnings(plan: "Plan") -> list[str]:
     """What the report must say about the mode: parts not modelled, assumptions."""
     training = plan.setup.training
     warnings = [NOT_MODELLED[training.mode]] if training.mode in NOT_MODELLED else []
+    from .critic import critic_warnings
+
+    warnings += critic_warnings(plan)
     if training.is_rl and training.resolved("use_vllm"):
         warnings.append(
             "The colocated vLLM share is vLLM's documented gpu_memory_utilization × GPU memory (an assumption, "
