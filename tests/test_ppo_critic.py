@@ -25,7 +25,7 @@ def ppo(**training) -> dict:
         "model": {"hf_config": TINY}, "micro_batch_size": 1, "gradient_accumulation_steps": 8, "precision": "fp32",
         "optimizer": {"name": "adamw", "implementation": "for-loop"}, "runtime": {"device": "cpu"},
         "training": {"mode": "ppo", "use_vllm": False, "num_generations": 2, "max_prompt_length": 256,
-                     "max_completion_length": 128, **training},
+                     "max_completion_length": 128, "log_prob_head": "fused", "log_prob_entropy": True, **training},
     }
 
 

@@ -43,6 +43,10 @@ def check_measurable(setup: Setup) -> list[str]:
     problems = []
     if training.mode not in SUPPORTED_MODES:
         problems.append(f"training.mode {training.mode!r} (measurable: sft, {', '.join(SUPPORTED_MODES)})")
+    if training.is_rl and training.resolved("log_prob_head") != "fused":
+        problems.append("training.log_prob_head 'logits' (verl's whole-logits head: the measured RL steps run TRL's fused head; set 'fused')")
+    if training.is_rl and not training.resolved("log_prob_entropy"):
+        problems.append("training.log_prob_entropy false (the measured RL steps ask TRL's fused head for the entropy)")
     if training.mode == "dpo" and training.resolved("loss_type") != "sigmoid":
         problems.append("DPO loss types other than sigmoid (the memory differs by a few scalars per pair)")
     return problems

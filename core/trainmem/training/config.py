@@ -55,6 +55,8 @@ MODE_FIELDS = (
     "critic_optimizer_offload",
     "actor_param_offload",
     "actor_optimizer_offload",
+    "log_prob_head",
+    "log_prob_entropy",
 )
 
 
@@ -163,6 +165,15 @@ class Training(FrozenModel):
     )
     actor_optimizer_offload: Optional[bool] = Field(
         default=None, description="ppo: the actor's optimizer states wait on the host during the critic's phase (verl actor.fsdp_config.optimizer_offload)."
+    )
+
+    log_prob_head: Optional[Literal["fused", "logits"]] = Field(
+        default=None,
+        description="grpo/rloo/ppo: how the policy's log-probs are computed: fused (TRL's chunked head, verl "
+        "use_fused_kernels) or logits (verl's default: the whole (tokens × vocabulary) logits, training.verl_logits).",
+    )
+    log_prob_entropy: Optional[bool] = Field(
+        default=None, description="grpo/rloo/ppo: the update computes the per-token entropy too (TRL: always; verl: entropy_coeff != 0)."
     )
 
     @model_validator(mode="after")
