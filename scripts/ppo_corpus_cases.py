@@ -1,0 +1,35 @@
+"""Corpus cases of verl's PPO (``training.mode: ppo``) and of its critic alone (``mode: critic``), appended to
+corpus_cases.CASES. The measured steps are ``trainmem.measure.critic`` (CriticStep, PPOStep): the critic is
+``AutoModelForTokenClassification`` with one label and verl's clipped value loss; the PPO round is GRPO's
+measured round (TRL's fused log-prob head with the entropy, hence ``log_prob_head: fused``) with the critic's
+values pass and update between the log-prob passes and the actor's update. Ids start with ``verl-``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from small_models import LLAMA_14M
+
+FUSED = {"log_prob_head": "fused", "log_prob_entropy": True}
+
+
+def ppo_cases(case: Any) -> list[dict[str, Any]]:
+    def with_training(case_id: str, model: Any, training: dict[str, Any], **options: Any) -> dict[str, Any]:
+        defined = case(case_id, model, **options)
+        defined["setup"]["training"] = training
+        return defined
+
+    # fmt: off
+    return [
+        with_training("verl-critic-llama14m-ampbf16-b8-s512", LLAMA_14M, {"mode": "critic"}, batch=8, seq=512,
+                      precision="amp-bf16",
+                      description="verl's critic alone under autocast: score (hidden → 1, bias) on every token, the "
+                                  "clipped value loss; the activations peak."),
+        with_training("verl-ppo-llama14m-fp32-g2-b2-p64-c32", LLAMA_14M,
+                      {"mode": "ppo", "use_vllm": False, "num_generations": 2, "max_prompt_length": 64,
+                       "max_completion_length": 32, **FUSED}, batch=2, seq=128,
+                      description="PPO: actor and critic resident; generation, the critic's values pass and update, "
+                                  "then the actor's update, whose fused head's backward peaks."),
+    ]
+    # fmt: on
