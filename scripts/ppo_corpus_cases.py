@@ -26,6 +26,8 @@ def ppo_cases(case: Any) -> list[dict[str, Any]]:
                       precision="amp-bf16",
                       description="verl's critic alone under autocast: score (hidden → 1, bias) on every token, the "
                                   "clipped value loss; the activations peak."),
+        with_training("verl-critic-llama14m-fp32-b2-s256", LLAMA_14M, {"mode": "critic"}, batch=2, seq=256,
+                      description="verl's critic alone: the value model's optimizer step peaks (AdamW's for-loop temporaries)."),
         with_training("verl-ppo-llama14m-fp32-g2-b2-p64-c32", LLAMA_14M,
                       {"mode": "ppo", "use_vllm": False, "num_generations": 2, "max_prompt_length": 64,
                        "max_completion_length": 32, **FUSED}, batch=2, seq=128,
