@@ -33,5 +33,10 @@ def ppo_cases(case: Any) -> list[dict[str, Any]]:
                        "max_completion_length": 32, **FUSED}, batch=2, seq=128,
                       description="PPO: actor and critic resident; generation, the critic's values pass and update, "
                                   "then the actor's update, whose fused head's backward peaks."),
+        with_training("verl-ppo-llama14m-v4k-fp32-critic8-b1x8-p1016-c8", {**LLAMA_14M, "vocab_size": 4096},
+                      {"mode": "ppo", "use_vllm": False, "num_generations": 2, "max_prompt_length": 1016,
+                       "max_completion_length": 8, "critic_micro_batch_size": 8, "critic_gradient_accumulation_steps": 1,
+                       **FUSED}, batch=1, seq=128, accumulation=8,
+                      description="PPO whose critic phase peaks: 8 completions per critic micro-batch against the actor's 1, the actor's weights and optimizer states resident under the critic's activations."),
     ]
     # fmt: on
