@@ -700,3 +700,6 @@ CASES += VISION_ENCODER_CASES
 from encoder_decoder_corpus_cases import ENCODER_DECODER_CASES  # noqa: E402  (T5, flan-T5, mT5)
 
 CASES += ENCODER_DECODER_CASES
+from ppo_corpus_cases import ppo_cases  # noqa: E402  (verl's PPO and its critic)
+
+CASES += ppo_cases(case)

@@ -111,6 +111,18 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             "finetuning.method": "lora",
         },
     ),
+    "llama3_1/8B_lora_dpo_single_device.yaml": (  # lora_dpo_single_device.py
+        {},
+        {
+            "training.mode": "dpo",
+            "micro_batch_size": 4,
+            "sequence_length": 1024,
+            "gradient_accumulation_steps": 8,
+            "parallelism.num_gpus": 1,
+            "finetuning.method": "lora",
+            "precision": "bf16-pure",
+        },
+    ),
     "llama3_1/8B_full_dpo.yaml": (
         {},
         {"training.mode": "dpo", "training.beta": 0.05, "finetuning.method": "full", "sequence_length": 1024},
@@ -149,9 +161,13 @@ def field(setup: Any, path: str) -> Any:
     return value
 
 
+REFUSED = {"mistral/7B_full_ppo_low_memory.yaml": "reward_and_value_model: torchtune's ppo_full_finetune_single_device.py"}
+"""torchtune's RL recipes: not trainmem's RL step, refused in one line naming the key that tells them apart."""
+
+
 def test_every_real_file_is_covered_and_sourced():
     files = {str(p.relative_to(DATA)) for p in DATA.rglob("*.yaml")}
-    assert files == set(EXAMPLES) | set(WITH_CONFIG)
+    assert files == set(EXAMPLES) | set(WITH_CONFIG) | set(REFUSED)
     assert len(files) >= 12
     sources = (DATA.parent / "SOURCES.md").read_text()
     assert all(f"| torchtune/{name} | pytorch/torchtune | recipes/configs/{name} |" in sources for name in files)
@@ -256,3 +272,23 @@ def test_from_torchtune_reads_a_file_whatever_it_holds():
     assert keys.files[0].kind == "torchtune" and setup.model.preset == "llama-3.2-1b"
     setup, keys = inputs.read_texts({"r.yaml": BASE}, kind="tune")
     assert keys.files[0].kind == "torchtune"
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_rl_recipes_are_refused_in_one_line(name, capsys):
+    from trainmem.cli import main
+
+    code = main(["estimate", str(DATA / name), "--preset", "mistral-7b"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("trainmem: error: ")
+    assert REFUSED[name] in err
+
+
+def test_grpo_recipe_keys_are_refused(tmp_path, capsys):
+    from trainmem.cli import main
+
+    path = tmp_path / "grpo.yaml"
+    path.write_text("model: {_component_: torchtune.models.llama3_2.llama3_2_3b}\ngrpo_samples: 16\nbatch_size: 1\n")
+    code = main(["estimate", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "grpo_samples: torchtune's dev/grpo_full_finetune_distributed.py" in err

@@ -71,6 +71,11 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {},
         {
             "model.preset": "gemma-2-2b",
+            "training.mode": "ppo",  # adv_estimator gae (verl's default): the critic's phase too
+            "training.critic_micro_batch_size": 4,
+            "training.critic_gradient_accumulation_steps": 16,  # the actor's ppo_mini_batch_size 128 / 2 GPUs / 4
+            "training.critic_activation_checkpointing": "none",  # critic.model.enable_gradient_checkpointing=False
+            "training.critic_param_offload": False,  # critic.model.fsdp_config.param_offload (the older spelling)
             "micro_batch_size": 4,
             "gradient_accumulation_steps": 16,  # 128 prompts × 1 / 2 GPUs / 4
             "training.num_generations": 1,
@@ -82,11 +87,12 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "verl/trainer/config/_generated_ppo_trainer.yaml": (
         {**QWEN, "micro_batch_size": 4},
-        {"training.mode": "grpo", "training.beta": 0.0, "parallelism.num_gpus": 8, "sequence_length": 1024},
+        {"training.mode": "ppo", "training.beta": 0.0, "parallelism.num_gpus": 8, "sequence_length": 1024,
+         "training.critic_activation_checkpointing": "full", "training.critic_micro_batch_size": None},
     ),
     "verl/trainer/config/ppo_trainer.yaml": (
         {**QWEN, "micro_batch_size": 4},
-        {"training.mode": "grpo", "parallelism.strategy": "fsdp"},
+        {"training.mode": "ppo", "parallelism.strategy": "fsdp"},
     ),
 }
 
@@ -119,11 +125,13 @@ def test_real_file_gives_the_setup_it_describes(name):
 def test_what_does_not_map_is_named():
     _, keys = inputs.read(CONFIGS / "_generated_ppo_trainer.yaml", overrides={**QWEN, "micro_batch_size": 4})
     entries = {e.key: e for e in keys.entries}
-    assert entries["algorithm.adv_estimator"].status == "not modelled"
+    assert entries["algorithm.adv_estimator"].status == "modelled"  # gae: PPO with its critic (training.mode ppo)
     assert "critic" in entries["algorithm.adv_estimator"].detail
+    assert entries["critic.fsdp.param_offload"].status == "modelled"
     _, keys = inputs.read(DATA / "examples/ppo_trainer/run_gemma.sh")
     entries = {e.key: e for e in keys.entries}
-    assert entries["critic"].status == "not modelled"  # PPO (gae, verl's default): the value model is not counted
+    assert entries["critic.ppo_micro_batch_size_per_gpu"].status == "modelled"
+    assert entries["critic.model.path"].status == "modelled"  # the actor's model
     assert entries["algorithm.in_reward_kl"].status == "not modelled"
     _, keys = inputs.read(SCRIPTS / "run_qwen2-7b.sh", overrides=QWEN)
     entries = {e.key: e for e in keys.entries}

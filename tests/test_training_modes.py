@@ -37,7 +37,7 @@ def test_the_default_is_todays_supervised_step():
 
 def test_every_mode_has_its_trl_defaults_as_data():
     table = modes()
-    assert set(table) == {"sft", "dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo"}
+    assert set(table) == {"sft", "dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo", "ppo", "critic"}
     assert Training(mode="dpo").resolved("beta") == 0.1
     assert Training(mode="grpo").resolved("beta") == 0.0  # TRL 1.16 GRPOConfig.beta
     assert Training(mode="grpo").resolved("vllm_gpu_memory_utilization") == 0.3
@@ -73,7 +73,7 @@ def test_the_cli_prints_one_line_and_exits_2(tmp_path):
     run = subprocess.run([sys.executable, "-m", "trainmem", "estimate", str(path)], capture_output=True, text=True)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "trainmem: error: training.num_generations: is not a field of mode 'dpo' (it belongs to: grpo, rloo)"
+        "trainmem: error: training.num_generations: is not a field of mode 'dpo' (it belongs to: grpo, rloo, ppo)"
     ]
 
 

@@ -54,6 +54,10 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
     plan = Plan(effective_setup(setup))  # the trainer's forward shape (training.phases)
     gpu = resolve_gpu(setup)
     simulations = [simulate_rank(plan, stage) for stage in plan.stages]
+    if setup.training.has_critic:  # PPO: the critic's update is a phase of its own (training.critic)
+        from .training.critic import with_critic
+
+        simulations = [with_critic(plan, simulation) for simulation in simulations]
     ranks = [_rank_report(plan, simulation, gpu, suggestions) for simulation in simulations]
     heaviest = max(range(len(ranks)), key=lambda i: ranks[i].peak_total_bytes)
     top = ranks[heaviest]

@@ -38,6 +38,7 @@ from .tape import DTYPE_BYTES
 from .parallel import ddp, deepspeed, dtensor_tp, fsdp, megatron, pipelining
 from .timeline import MemoryAccount
 from .training import phases as training_phases
+from .training import verl_logits
 from .training.distillation import trace_gkd_head
 from .training.fused_head import trace_fused_head, trace_score_head
 from .training.odds_ratio import ODDS_RATIO_MODES, trace_odds_ratio_head
@@ -252,6 +253,18 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
         elif plan.setup.training.mode == "reward":
             head = _cached(
                 ("score_head", key), lambda: trace_score_head(arch, shape, kernels, trainability, grads_exist)
+            )
+        elif plan.setup.training.mode == "critic":  # PPO's value model (training.critic)
+            from .training.critic import trace_value_head
+
+            head = _cached(
+                ("value_head", key), lambda: trace_value_head(arch, shape, kernels, trainability, grads_exist)
+            )
+        elif verl_logits.uses_logits_head(plan):  # verl's log-probs from the whole logits (training.verl_logits)
+            entropy = bool(plan.setup.training.resolved("log_prob_entropy"))
+            head = _cached(
+                ("verl_logits_head", key, vocab, entropy),
+                lambda: verl_logits.trace_verl_log_prob_head(arch, shape, kernels, trainability, vocab, grads_exist, entropy),
             )
         elif training_phases.uses_fused_head(plan):
             head = _cached(

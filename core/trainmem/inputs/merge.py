@@ -230,10 +230,11 @@ def _apply_rules(
     mode = facts.get("training_mode")
     if mode and "training.mode" not in values and "training.mode" not in overrides:
         values["training.mode"] = mode
-        counts = {"grpo": "completions", "rloo": "completions", "kto": "examples"}.get(mode, "preference pairs")
+        counts = {"grpo": "completions", "rloo": "completions", "ppo": "completions", "kto": "examples"}.get(mode, "preference pairs")
+        trainer = "verl 0.9.1's PPO (the actor's RL step and the critic's update)" if mode == "ppo" else f"TRL 1.16's {mode.upper()} trainer"
         notes.append(
-            f"training.mode = {mode} (from {facts['training_mode@file']}): the step is simulated as TRL 1.16's "
-            f"{mode.upper()} trainer runs it; micro_batch_size counts {counts}"
+            f"training.mode = {mode} (from {facts['training_mode@file']}): the step is simulated as {trainer} runs it; "
+            f"micro_batch_size counts {counts}"
         )
     if values.get("finetuning.quantization.bits") and values.get("finetuning.method", "full") == "full":
         if facts.get("quantized_base"):

@@ -70,7 +70,27 @@ def catalog() -> dict[str, Any]:
     return json.loads(text)
 
 
+RL_RECIPES = (
+    ("reward_and_value_model", "ppo_full_finetune_single_device.py: the policy and the value model (reward_and_value_model) train in one "
+     "backward through PPOLoss, beside a frozen reference policy and a frozen reward model (four models at once)"),
+    ("grpo_samples", "dev/grpo_full_finetune_distributed.py: GRPO generates grpo_samples completions per prompt with torchtune's own "
+     "generation loop and scores them with reward functions"),
+)
+"""torchtune's RL recipes, told apart by a key only they read. Neither is trainmem's RL step (verl's phased PPO,
+TRL's GRPO): refused in one line rather than estimated as something else."""
+
+
+def refuse_rl_recipes(rec: Recorder) -> None:
+    for key, recipe in RL_RECIPES:
+        if rec.get(key) is not None:
+            raise InputError(
+                f"{rec.file}: {key}: torchtune's {recipe}; not modelled (trainmem models verl's PPO and TRL's GRPO: "
+                "give the run as a verl or TRL config, or training.mode ppo/grpo in a setup)"
+            )
+
+
 def read_torchtune(rec: Recorder) -> None:
+    refuse_rl_recipes(rec)
     for section in ("model", "optimizer", "loss", "tokenizer", "dataset"):
         if section in rec.data and rec.data[section] is not None and not isinstance(rec.data[section], dict):
             raise InputError(f"{rec.file}: {section}: must be a mapping with a _component_, got {_kind(rec.data[section])}")

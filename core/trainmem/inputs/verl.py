@@ -24,11 +24,12 @@ reference's log-prob pass, the policy's update; README "Post-training"):
   ``max_response_length``;
 * ``trainer.n_gpus_per_node`` × ``trainer.nnodes`` GPUs.
 
-Not modelled (each named in the key report): PPO's critic (``adv_estimator: gae``), verl's
+Not modelled (each named in the key report): verl's
 ``param_offload``/``optimizer_offload`` (they move states to the host *between* phases; during the
 update they are on the GPU, as trainmem counts them), Ulysses sequence parallelism, activation
-offloading, and the logits: verl computes the whole (tokens × vocabulary) logits for the log-probs
-unless ``use_fused_kernels``, where trainmem's GRPO step has TRL's fused log-prob head.
+offloading. The whole logits verl computes for the log-probs unless ``use_fused_kernels`` are counted
+(``training.log_prob_head: logits``, with the entropy when ``entropy_coeff`` ≠ 0: :mod:`trainmem.training.verl_logits`),
+and PPO's critic (``adv_estimator: gae``) is ``training.mode: ppo`` (:mod:`.verl_critic`).
 
 OmegaConf interpolations the generated file carries (``${oc.select:a.b,default}``, ``${a.b}``,
 ``${.sibling}``) are resolved against the file; other values that stay symbolic (a script's
@@ -63,11 +64,13 @@ def read_verl(rec: Recorder) -> None:
     read_gpus_and_batch(rec)
     read_strategy(rec)
     read_rollout(rec)
+    read_log_prob_head(rec)
     read_not_modelled(rec)
     rec.notes.append(
         f"{rec.file}: trainmem simulates the actor's step as TRL 1.16's GRPO program (generation, the reference's "
-        "log-probs, the policy's update with TRL's fused log-prob head); verl computes the whole logits for the "
-        "log-probs unless actor_rollout_ref.model.use_fused_kernels, which trainmem does not count"
+        "log-probs, the policy's update) with verl's log-prob head (the whole logits unless "
+        "actor_rollout_ref.model.use_fused_kernels; training.verl_logits)"
+        + ("; PPO's critic updates in its own phase (training.critic)" if rec.facts.get("training_mode") == "ppo" else "")
     )
     engine = frozenset({"dtype", "nnodes", "n_gpus_per_node", "tensor_model_parallel_size", "seed", "name", "qat"})
     reference = frozenset(
@@ -273,13 +276,13 @@ def _preset_for_path(path: str) -> tuple[Optional[str], str]:
 def read_algorithm(rec: Recorder) -> None:
     key = "algorithm.adv_estimator"
     estimator = text(rec, key, "gae")
-    rec.facts["training_mode"] = "grpo"
+    rec.facts["training_mode"] = "ppo" if estimator == "gae" else "grpo"
     if estimator == "gae":
-        rec.unmodelled(
-            key,
-            "gae: PPO's critic (a value model with its own gradients and optimizer states, critic.*) is not counted; "
-            "trainmem simulates the actor's step (training.mode grpo) only",
+        detail = (
+            "gae: PPO with a critic (training.mode ppo): the actor's RL step and the critic's update (critic.*), "
+            "each its own phase (inputs.verl_critic, training.critic)"
         )
+        rec.modelled(key, detail) if rec.has(key) else rec.default("training.mode", "ppo", key, f"{VERL_VERSION} (adv_estimator gae)")
     elif rec.has(key):
         rec.modelled(key, f"{estimator}: no critic; training.mode = grpo (TRL's GRPO program: the same actor step)")
     kl_loss = boolean(rec, f"{ACTOR}.use_kl_loss", False)
@@ -483,10 +486,33 @@ def read_rollout(rec: Recorder) -> None:
         raise InputError(f"{rec.file}: {key}: must be one of vllm, sglang, trtllm, hf; got {name!r}")
 
 
+def read_log_prob_head(rec: Recorder) -> None:
+    """``use_fused_kernels`` (model's, or the actor's interpolation of it): verl's fused log-prob kernel, else the
+    whole logits (training.log_prob_head); ``entropy_coeff`` / ``calculate_entropy``: the entropy in the update."""
+    fused = boolean(rec, f"{ACTOR}.use_fused_kernels", boolean(rec, f"{MODEL}.use_fused_kernels", False))
+    head = "fused" if fused else "logits"
+    detail = "verl's fused log-prob kernel: no whole logits (TRL's fused head's memory)" if fused else "off: the whole (tokens × vocabulary) logits, then logprobs_from_logits"
+    for key in (f"{MODEL}.use_fused_kernels", f"{ACTOR}.use_fused_kernels"):
+        if rec.has(key):
+            rec.set(key, "training.log_prob_head", head, detail)
+            detail = "the same"
+    if not rec.has(f"{MODEL}.use_fused_kernels") and not rec.has(f"{ACTOR}.use_fused_kernels"):
+        rec.default("training.log_prob_head", head, f"{MODEL}.use_fused_kernels", f"{VERL_VERSION} (use_fused_kernels false)")
+    coefficient = number(rec, f"{ACTOR}.entropy_coeff", 0, integer=False, low=-1e6, high=1e6)
+    calculate = boolean(rec, f"{ACTOR}.calculate_entropy", False)
+    entropy = bool(coefficient) or bool(calculate)
+    keys = [k for k in (f"{ACTOR}.entropy_coeff", f"{ACTOR}.calculate_entropy") if rec.has(k)]
+    if keys:
+        rec.set(keys[0], "training.log_prob_entropy", entropy, "the entropy from the logits in the update" if entropy else "no entropy in the update")
+        for key in keys[1:]:
+            rec.modelled(key, "training.log_prob_entropy")
+    else:
+        rec.default("training.log_prob_entropy", False, f"{ACTOR}.entropy_coeff", f"{VERL_VERSION} (entropy_coeff 0)")
+
+
 NOT_MODELLED = {
     f"{MODEL}.enable_activation_offload": ((False,), "activations offloaded to the host: assumed kept on the GPU (an upper bound)"),
     f"{MODEL}.use_liger": ((False,), "Liger's kernels on the model: assumed the Hugging Face kernels' memory"),
-    f"{MODEL}.use_fused_kernels": ((False,), "verl's fused log-prob kernel: no whole logits, as trainmem's fused head assumes"),
     f"{MODEL}.tiled_mlp.enabled": ((False,), "the MLP computed in tiles: assumed whole"),
     f"{ACTOR}.use_torch_compile": ((False, True), "torch.compile of the log-prob/entropy helpers: assumed eager-mode memory"),
     f"{ACTOR}.entropy_checkpointing": ((False,), "recomputed entropy: assumed kept"),
@@ -498,7 +524,6 @@ NOT_MODELLED = {
     f"{ACTOR}.fsdp_config.qat.enable": ((False,), "quantization-aware training: assumed plain bf16 layers"),
     f"{ACTOR}.ppo_epochs": ((1,), "passes over each batch: the memory of one pass"),
     f"{ACTOR}.freeze_vision_tower": ((False,), "a frozen vision tower: assumed a text model"),
-    f"{ACTOR}.use_fused_kernels": ((False,), "verl's fused log-prob kernel: no whole logits, as trainmem's fused head assumes"),
     f"{ACTOR}.use_remove_padding": ((False, True), "follows model.use_remove_padding"),
     f"{ACTOR}.ulysses_sequence_parallel_size": ((1,), "Ulysses sequence parallelism: assumed every rank holds whole rows"),
     f"{REF}.log_prob_micro_batch_size_per_gpu": ((), "the reference's log-prob micro-batch: trainmem runs that pass in chunks of the update's micro-batch"),
@@ -525,6 +550,8 @@ def read_not_modelled(rec: Recorder) -> None:
     critic = "critic"
     if isinstance(rec.get(critic), dict) and not rec.seen(critic):
         if text(rec, "algorithm.adv_estimator", "gae") == "gae":
-            rec.unmodelled(critic, "PPO's value model (gae): not counted")
+            from .verl_critic import read_critic
+
+            read_critic(rec)
         else:
             rec.neutral(critic, "no critic without gae")

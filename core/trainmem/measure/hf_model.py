@@ -122,6 +122,10 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
         from transformers import AutoModelForSequenceClassification as AutoModelForCausalLM  # noqa: N814
 
         fields.update(num_labels=1, pad_token_id=0)
+    if setup.training.mode == "critic":  # verl's critic: a token-classification model with one output, no dropout
+        from transformers import AutoModelForTokenClassification as AutoModelForCausalLM  # noqa: N814
+
+        fields.update(num_labels=1, classifier_dropout=0.0)
     implementation = ATTENTION_IMPLEMENTATION.get(setup.attention)
     if implementation is None:
         raise ValueError(f"attention {setup.attention!r} cannot be measured here; use eager, sdpa or sdpa-math")

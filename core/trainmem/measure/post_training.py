@@ -33,7 +33,7 @@ from ..setup import Setup
 from .events import ROLE_PARAMETER
 from .step import TrainingStep
 
-SUPPORTED_MODES = ("dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo")
+SUPPORTED_MODES = ("dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo", "ppo", "critic")
 DPO_POLICY_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")
 
 
@@ -43,6 +43,10 @@ def check_measurable(setup: Setup) -> list[str]:
     problems = []
     if training.mode not in SUPPORTED_MODES:
         problems.append(f"training.mode {training.mode!r} (measurable: sft, {', '.join(SUPPORTED_MODES)})")
+    if training.is_rl and training.resolved("log_prob_head") != "fused":
+        problems.append("training.log_prob_head 'logits' (verl's whole-logits head: the measured RL steps run TRL's fused head; set 'fused')")
+    if training.is_rl and not training.resolved("log_prob_entropy"):
+        problems.append("training.log_prob_entropy false (the measured RL steps ask TRL's fused head for the entropy)")
     if training.mode == "dpo" and training.resolved("loss_type") != "sigmoid":
         problems.append("DPO loss types other than sigmoid (the memory differs by a few scalars per pair)")
     return problems
@@ -381,10 +385,18 @@ def build_reference(setup: Setup, fake: bool, device: torch.device) -> Optional[
 def prepare(setup: Setup, fake: bool, device: torch.device, model: torch.nn.Module, optimizer, vocab_size: int):
     """The step of a post-training mode over an already built policy and optimizer."""
     reference = build_reference(setup, fake, device)
+    if setup.training.mode == "critic":  # PPO's value model alone (measure/critic.py)
+        from .critic import CriticStep
+
+        return CriticStep(setup, model, optimizer, torch.randint(0, vocab_size, batch_shape(setup), device=device))
     if setup.training.mode not in ("reward", "gkd", "orpo", "cpo", "simpo"):
         add_fused_heads(setup, model, reference)
     rows, tokens = batch_shape(setup)
     batch = torch.randint(0, vocab_size, (rows, tokens), device=device)
+    if setup.training.has_critic:  # verl's PPO: GRPO's round with the critic's phase (measure/critic.py)
+        from .critic import PPOStep, build_critic
+
+        return PPOStep(setup, model, optimizer, batch, reference, *build_critic(setup, fake, device))
     if setup.training.is_rl:
         from .grpo import GRPOStep
 

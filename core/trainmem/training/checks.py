@@ -67,6 +67,12 @@ def check_training(setup: "Setup", architecture: Optional["Architecture"]) -> No
             "KTO's KL term (loss_type 'kto') needs at least 2 examples per micro-batch (KTOTrainer refuses "
             "per_device_train_batch_size 1); use loss_type 'apo_zero_unpaired' for 1",
         )
+    if training.mode == "critic" and architecture.tie_word_embeddings:
+        raise FieldError(
+            field, "a critic of a tied-embedding model is simulated through mode 'ppo' (its critic has score, not the tied lm_head)"
+        )
+    if training.mode in ("critic", "ppo") and setup.loss != "standard":
+        raise FieldError("loss", f"mode {training.mode!r}: the critic's value head has one output and the actor's log-probs their own head; no vocabulary loss to chunk")
     if training.mode == "reward" and architecture.tie_word_embeddings:
         raise FieldError(
             field, "a reward model of a tied-embedding model is not modelled yet (its score head replaces the tied lm_head)"

@@ -4,7 +4,9 @@
 ``model(input_ids, labels=input_ids).loss``), ``dpo`` (DPOTrainer), ``kto`` (KTOTrainer),
 ``orpo``/``cpo``/``simpo`` (trl.experimental ORPOTrainer / CPOTrainer), ``reward``
 (RewardTrainer), ``gkd`` (trl.experimental GKDTrainer), ``grpo`` (GRPOTrainer) and ``rloo``
-(RLOOTrainer, GRPO's program with RLOO's defaults; TRL 1.16 has no PPOTrainer).
+(RLOOTrainer, GRPO's program with RLOO's defaults; TRL 1.16 has no PPOTrainer), ``ppo`` (verl's PPO with
+GAE: the actor's RL program plus a critic updated in its own phase, :mod:`.critic`) and ``critic`` (the
+critic's update alone).
 
 Every other field is None by default, meaning "TRL's default for this mode" (the table in
 ``trainmem/data/training_modes.json``, copied from TRL's config dataclasses); a field that
@@ -26,7 +28,7 @@ from .. import limits
 from .._base import FrozenModel
 from ..errors import FieldError
 
-TrainingMode = Literal["sft", "dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo"]
+TrainingMode = Literal["sft", "dpo", "kto", "orpo", "cpo", "simpo", "reward", "gkd", "grpo", "rloo", "ppo", "critic"]
 
 MODE_FIELDS = (
     "loss_type",
@@ -45,6 +47,16 @@ MODE_FIELDS = (
     "vllm_mode",
     "vllm_gpu_memory_utilization",
     "vllm_enable_sleep_mode",
+    "critic_model",
+    "critic_micro_batch_size",
+    "critic_gradient_accumulation_steps",
+    "critic_activation_checkpointing",
+    "critic_param_offload",
+    "critic_optimizer_offload",
+    "actor_param_offload",
+    "actor_optimizer_offload",
+    "log_prob_head",
+    "log_prob_entropy",
 )
 
 
@@ -63,7 +75,8 @@ class Training(FrozenModel):
     mode: TrainingMode = Field(
         default="sft",
         description="sft: the supervised step; dpo/kto/orpo/cpo/simpo: preference optimisation; reward: a reward "
-        "model (sequence-classification head); gkd: distillation from a frozen teacher; grpo/rloo: RL with generation.",
+        "model (sequence-classification head); gkd: distillation from a frozen teacher; grpo/rloo: RL with generation; "
+        "ppo: verl's PPO (the actor's RL step and a critic's update, each its own phase); critic: the critic's update alone.",
     )
     loss_type: Optional[str] = Field(
         default=None, description="DPOConfig/KTOConfig/CPOConfig/GRPOConfig.loss_type (dpo: sigmoid, ipo, ...; grpo: dapo, ...)."
@@ -127,6 +140,41 @@ class Training(FrozenModel):
     vllm_enable_sleep_mode: Optional[bool] = Field(
         default=None, description="grpo, colocated vLLM: release vLLM's weights and KV cache during the training phase."
     )
+    critic_model: Optional[str] = Field(
+        default=None, description="ppo: the critic, a trainmem preset (None: the actor's own architecture; verl critic.model.path)."
+    )
+    critic_micro_batch_size: Optional[int] = Field(
+        default=None, ge=1, le=int(limits.MICRO_BATCH.maximum),
+        description="ppo: completions per critic forward/backward (verl critic.ppo_micro_batch_size_per_gpu; None: the actor's).",
+    )
+    critic_gradient_accumulation_steps: Optional[int] = Field(
+        default=None, ge=1, le=int(limits.ACCUMULATION.maximum),
+        description="ppo: critic micro-batches per optimizer step (verl: ppo_mini_batch_size × n ÷ ranks ÷ micro; None: the actor's).",
+    )
+    critic_activation_checkpointing: Optional[Literal["none", "selective", "full"]] = Field(
+        default=None, description="ppo: the critic's activation checkpointing (verl critic.model.enable_gradient_checkpointing; None: the actor's)."
+    )
+    critic_param_offload: Optional[bool] = Field(
+        default=None, description="ppo: the critic's weights wait on the host outside its own phase (verl critic.fsdp.param_offload)."
+    )
+    critic_optimizer_offload: Optional[bool] = Field(
+        default=None, description="ppo: the critic's optimizer states wait on the host outside its update (verl critic.fsdp.optimizer_offload)."
+    )
+    actor_param_offload: Optional[bool] = Field(
+        default=None, description="ppo: the actor's weights wait on the host during the critic's phase (verl actor.fsdp_config.param_offload)."
+    )
+    actor_optimizer_offload: Optional[bool] = Field(
+        default=None, description="ppo: the actor's optimizer states wait on the host during the critic's phase (verl actor.fsdp_config.optimizer_offload)."
+    )
+
+    log_prob_head: Optional[Literal["fused", "logits"]] = Field(
+        default=None,
+        description="grpo/rloo/ppo: how the policy's log-probs are computed: fused (TRL's chunked head, verl "
+        "use_fused_kernels) or logits (verl's default: the whole (tokens × vocabulary) logits, training.verl_logits).",
+    )
+    log_prob_entropy: Optional[bool] = Field(
+        default=None, description="grpo/rloo/ppo: the update computes the per-token entropy too (TRL: always; verl: entropy_coeff != 0)."
+    )
 
     @model_validator(mode="after")
     def _fields_of_the_mode(self) -> Training:
@@ -152,6 +200,11 @@ class Training(FrozenModel):
                 raise FieldError("reference_model", f"{self.mode.upper()} with beta > 0 needs the reference model's log-probs")
         elif self.reference_model == "none":
             raise FieldError("reference_model", "'none' is for grpo/rloo; use precompute_ref_log_probs for dpo/kto")
+        if self.critic_model is not None:
+            from ..catalogs import presets
+
+            if self.critic_model.strip().lower() not in presets():
+                raise FieldError("critic_model", f"unknown preset {self.critic_model!r}; allowed: {', '.join(presets())}")
         if self.teacher is not None:
             from ..catalogs import presets
 
@@ -170,6 +223,11 @@ class Training(FrozenModel):
     def is_rl(self) -> bool:
         """GRPO and RLOO: a generation round, then training on the completions."""
         return modes()[self.mode].get("program") == "rl"
+
+    @property
+    def has_critic(self) -> bool:
+        """PPO with GAE: a value model updated in its own phase (training.critic)."""
+        return bool(modes()[self.mode].get("critic"))
 
     @property
     def is_supervised(self) -> bool:

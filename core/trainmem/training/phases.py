@@ -54,20 +54,26 @@ def effective_setup(setup: "Setup") -> "Setup":
     return setup.model_copy(update=update)
 
 
-FUSED_HEAD_MODES = ("dpo", "kto", "grpo", "rloo")
+FUSED_HEAD_MODES = ("dpo", "kto", "grpo", "rloo", "ppo")
 """Trainers that call ``add_fused_lm_head`` (trl/trainer/dpo_trainer.py, kto_trainer.py, grpo_trainer.py, rloo_trainer.py). The
 experimental ORPO/CPO/GKD trainers take ``outputs.logits`` whole: their heads are :mod:`.odds_ratio` and
 :mod:`.distillation`."""
 
 
 def uses_fused_head(plan: "Plan") -> bool:
-    """Whether the trainer scores tokens with TRL's fused log-prob head."""
-    return plan.setup.training.mode in FUSED_HEAD_MODES
+    """Whether the trainer scores tokens with TRL's fused log-prob head (not verl's whole logits, training.verl_logits)."""
+    from .verl_logits import uses_logits_head
+
+    return plan.setup.training.mode in FUSED_HEAD_MODES and not uses_logits_head(plan)
 
 
 def adjust_inventory(setup: "Setup", inventory):
     """The reward model has ``score`` (hidden → 1, no bias) where the causal LM has ``lm_head``
     (transformers ``*ForSequenceClassification``, TRL RewardTrainer ``num_labels=1``)."""
+    if inventory is not None and setup.training.mode == "critic":  # PPO's value model (training.critic)
+        from .critic import value_head_inventory
+
+        return value_head_inventory(inventory, setup.architecture().hidden_size)
     if inventory is None or setup.training.mode != "reward":
         return inventory
     from dataclasses import replace as replace_fields
@@ -91,7 +97,9 @@ def policy_outputs(plan: "Plan") -> tuple[str, ...]:
 
     if plan.setup.training.mode == "kto":
         return KTO_POLICY_OUTPUTS
-    return ("log_probs", "entropy") if plan.setup.training.is_rl else POLICY_OUTPUTS
+    if plan.setup.training.is_rl:
+        return ("log_probs", "entropy") if plan.setup.training.resolved("log_prob_entropy") else ("log_probs",)
+    return POLICY_OUTPUTS
 
 
 def scored_fraction(plan: "Plan") -> float:
@@ -233,7 +241,12 @@ def no_grad_forward_bytes(plan: "Plan", outputs: tuple[str, ...] = ("log_probs",
     arch = plan.architecture
     shape, kernels, stream, layers = no_grad_layers(plan)
     vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
-    head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan), outputs)
+    from .verl_logits import no_grad_log_prob_bytes, uses_logits_head
+
+    if uses_logits_head(plan):
+        head = no_grad_log_prob_bytes(plan, shape.stream_tokens, stream)
+    else:
+        head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan), outputs)
     return stream + _rotary_bytes(plan) + max(layers, head)
 
 
@@ -296,6 +309,10 @@ def training_warnings(plan: "Plan") -> list[str]:
     """What the report must say about the mode: parts not modelled, assumptions."""
     training = plan.setup.training
     warnings = [NOT_MODELLED[training.mode]] if training.mode in NOT_MODELLED else []
+    from .critic import critic_warnings
+    from .verl_logits import verl_logits_warning
+
+    warnings += critic_warnings(plan) + verl_logits_warning(plan)
     if training.is_rl and training.resolved("use_vllm"):
         warnings.append(
             "The colocated vLLM share is vLLM's documented gpu_memory_utilization × GPU memory (an assumption, "
