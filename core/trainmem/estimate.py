@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Union
 
 from . import __version__
@@ -51,9 +52,32 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
     """
     if not isinstance(setup, Setup):
         setup = Setup.model_validate(setup)
+    return report_of(simulated(setup), suggestions)
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What ``estimate`` computes before the allocator replay: the plan, the GPU and each rank's step.
+
+    None of it reads the replay or :func:`~trainmem.cuda.memory.scaled_reserve`, so one ``Simulated``
+    serves the page's fast answer (reserve scaled) and its replayed answer of the same setup
+    (web/py/trainmem_web.py); it must then not be shared with code that changes the setup."""
+
+    setup: Setup
+    plan: Plan
+    gpu: GPU
+    simulations: list[RankSimulation]
+
+
+def simulated(setup: Setup) -> Simulated:
+    """The first half of :func:`estimate`: the plan and the step simulation of every distinct rank."""
     plan = Plan(effective_setup(setup))  # the trainer's forward shape (training.phases)
-    gpu = resolve_gpu(setup)
-    simulations = [simulate_rank(plan, stage) for stage in plan.stages]
+    return Simulated(setup, plan, resolve_gpu(setup), [simulate_rank(plan, stage) for stage in plan.stages])
+
+
+def report_of(done: Simulated, suggestions: bool = True) -> Report:
+    """The second half of :func:`estimate`: each rank's CUDA memory (the allocator replay) and the report."""
+    setup, plan, gpu, simulations = done.setup, done.plan, done.gpu, done.simulations
     ranks = [_rank_report(plan, simulation, gpu, suggestions) for simulation in simulations]
     heaviest = max(range(len(ranks)), key=lambda i: ranks[i].peak_total_bytes)
     top = ranks[heaviest]
