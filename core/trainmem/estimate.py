@@ -16,6 +16,7 @@ from .parallel.host import host_memory
 from .report import (
     CATEGORIES,
     Breakdown,
+    FitVerdict,
     HostMemoryReport,
     HostPartReport,
     Part,
@@ -82,7 +83,7 @@ def report_of(done: Simulated, suggestions: bool = True) -> Report:
     heaviest = max(range(len(ranks)), key=lambda i: ranks[i].peak_total_bytes)
     top = ranks[heaviest]
     required = max(rank.upper_bound_bytes for rank in ranks)
-    report = Report(
+    report = _built_report(
         trainmem_version=__version__,
         setup=setup,
         resolved=_resolved(plan),
@@ -110,6 +111,33 @@ def report_of(done: Simulated, suggestions: bool = True) -> Report:
             found = suggest(setup, report)
         report = report.model_copy(update={"suggestions": [_replayed(setup, s) for s in found]})
     return report
+
+
+_REPORT_FIELD_TYPES = {
+    "trainmem_version": str, "setup": Setup, "resolved": Resolved, "num_parameters": int,
+    "num_trainable_parameters": int, "peak_allocated_bytes": int, "peak_total_bytes": int,
+    "peak_reserved_bytes": int, "upper_bound_bytes": int, "breakdown": Breakdown, "peak": PeakMoment,
+    "heaviest_rank": int, "fit": FitVerdict, "host": HostMemoryReport,
+}  # fmt: skip
+_REPORT_LIST_TYPES = {"parts": Part, "ranks": RankReport, "fits_on": str, "warnings": str}
+
+
+def _built_report(**fields: Any) -> Report:
+    """``Report(**fields)``, without validating again what its own constructors validated.
+
+    Validating a Report runs the Setup's model validator again on the Setup instance (pydantic runs an
+    "after" validator on instances too) and walks every nested model: a few hundred microseconds per
+    estimate, each recompute of the page pays it. When every field is an instance of exactly its
+    annotated type (models built by their own constructors, ints, strings, lists of them), validation
+    returns each value as it is, so ``Report.model_construct`` builds the same report (the same field
+    values and fields set, so the same JSON); anything else (a float where an int goes, a subclass)
+    takes the validating constructor."""
+    trusted = all(type(fields[name]) is kind for name, kind in _REPORT_FIELD_TYPES.items() if name in fields) and all(
+        type(fields[name]) is list and all(type(item) is kind for item in fields[name])
+        for name, kind in _REPORT_LIST_TYPES.items()
+        if name in fields
+    )
+    return Report.model_construct(**fields) if trusted and fields.keys() <= Report.model_fields.keys() else Report(**fields)
 
 
 def _replayed(setup: Setup, suggestion: Suggestion) -> Suggestion:
