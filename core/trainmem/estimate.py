@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Union
 
 from . import __version__
@@ -15,6 +16,7 @@ from .parallel.host import host_memory
 from .report import (
     CATEGORIES,
     Breakdown,
+    FitVerdict,
     HostMemoryReport,
     HostPartReport,
     Part,
@@ -51,18 +53,42 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
     """
     if not isinstance(setup, Setup):
         setup = Setup.model_validate(setup)
+    return report_of(simulated(setup), suggestions)
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What ``estimate`` computes before the allocator replay: the plan, the GPU and each rank's step.
+
+    None of it reads the replay or :func:`~trainmem.cuda.memory.scaled_reserve`, so one ``Simulated``
+    serves the page's fast answer (reserve scaled) and its replayed answer of the same setup
+    (web/py/trainmem_web.py); it must then not be shared with code that changes the setup."""
+
+    setup: Setup
+    plan: Plan
+    gpu: GPU
+    simulations: list[RankSimulation]
+
+
+def simulated(setup: Setup) -> Simulated:
+    """The first half of :func:`estimate`: the plan and the step simulation of every distinct rank."""
     plan = Plan(effective_setup(setup))  # the trainer's forward shape (training.phases)
-    gpu = resolve_gpu(setup)
     simulations = [simulate_rank(plan, stage) for stage in plan.stages]
     if setup.training.has_critic:  # PPO: the critic's update is a phase of its own (training.critic)
         from .training.critic import with_critic
 
         simulations = [with_critic(plan, simulation) for simulation in simulations]
+    return Simulated(setup, plan, resolve_gpu(setup), simulations)
+
+
+def report_of(done: Simulated, suggestions: bool = True) -> Report:
+    """The second half of :func:`estimate`: each rank's CUDA memory (the allocator replay) and the report."""
+    setup, plan, gpu, simulations = done.setup, done.plan, done.gpu, done.simulations
     ranks = [_rank_report(plan, simulation, gpu, suggestions) for simulation in simulations]
     heaviest = max(range(len(ranks)), key=lambda i: ranks[i].peak_total_bytes)
     top = ranks[heaviest]
     required = max(rank.upper_bound_bytes for rank in ranks)
-    report = Report(
+    report = _built_report(
         trainmem_version=__version__,
         setup=setup,
         resolved=_resolved(plan),
@@ -90,6 +116,33 @@ def estimate(setup: Union[Setup, dict[str, Any]], suggestions: bool = True) -> R
             found = suggest(setup, report)
         report = report.model_copy(update={"suggestions": [_replayed(setup, s) for s in found]})
     return report
+
+
+_REPORT_FIELD_TYPES = {
+    "trainmem_version": str, "setup": Setup, "resolved": Resolved, "num_parameters": int,
+    "num_trainable_parameters": int, "peak_allocated_bytes": int, "peak_total_bytes": int,
+    "peak_reserved_bytes": int, "upper_bound_bytes": int, "breakdown": Breakdown, "peak": PeakMoment,
+    "heaviest_rank": int, "fit": FitVerdict, "host": HostMemoryReport,
+}  # fmt: skip
+_REPORT_LIST_TYPES = {"parts": Part, "ranks": RankReport, "fits_on": str, "warnings": str}
+
+
+def _built_report(**fields: Any) -> Report:
+    """``Report(**fields)``, without validating again what its own constructors validated.
+
+    Validating a Report runs the Setup's model validator again on the Setup instance (pydantic runs an
+    "after" validator on instances too) and walks every nested model: a few hundred microseconds per
+    estimate, each recompute of the page pays it. When every field is an instance of exactly its
+    annotated type (models built by their own constructors, ints, strings, lists of them), validation
+    returns each value as it is, so ``Report.model_construct`` builds the same report (the same field
+    values and fields set, so the same JSON); anything else (a float where an int goes, a subclass)
+    takes the validating constructor."""
+    trusted = all(type(fields[name]) is kind for name, kind in _REPORT_FIELD_TYPES.items() if name in fields) and all(
+        type(fields[name]) is list and all(type(item) is kind for item in fields[name])
+        for name, kind in _REPORT_LIST_TYPES.items()
+        if name in fields
+    )
+    return Report.model_construct(**fields) if trusted and fields.keys() <= Report.model_fields.keys() else Report(**fields)
 
 
 def _replayed(setup: Setup, suggestion: Suggestion) -> Suggestion:

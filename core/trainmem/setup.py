@@ -171,7 +171,17 @@ class PresetModel(StrictModel):
         return key
 
     def architecture(self) -> Architecture:
-        return architecture_from_hf_config(presets()[self.preset].config)
+        preset = presets()[self.preset]
+        found = _PRESET_ARCHITECTURES.get(self.preset)
+        if found is None or found[0] is not preset:
+            found = _PRESET_ARCHITECTURES[self.preset] = (preset, architecture_from_hf_config(preset.config))
+        return found[1]
+
+
+_PRESET_ARCHITECTURES: dict[str, tuple[Any, Architecture]] = {}
+"""Preset name -> (the catalog's Preset, its Architecture): a setup reads its architecture several times
+per estimate (validation, the plan, the checks), and a preset's is a pure function of its catalog entry
+(a frozen Architecture, kept with the entry it was read from, so another catalog reads it anew)."""
 
 
 class HFConfigModel(StrictModel):

@@ -60,6 +60,7 @@ from pydantic import ValidationError  # noqa: E402
 import trainmem  # noqa: E402
 from trainmem.catalogs import gpus, optimizers, presets  # noqa: E402
 from trainmem.errors import FieldError, format_validation_error, printable  # noqa: E402
+from trainmem.estimate import report_of, simulated  # noqa: E402
 from trainmem.files import MAX_FILE_BYTES, parse_json_text  # noqa: E402
 from trainmem.setup import Setup  # noqa: E402
 
@@ -181,7 +182,25 @@ def _reserve_fraction(value: Any) -> float | None:
     return float(value)
 
 
+_LAST_SIMULATED: dict[str, Any] = {}
+"""Setup JSON text -> its ``trainmem.estimate.Simulated`` (one entry: the last setup computed).
+
+The page asks for each change twice, the fast answer (reserve scaled) and then the replayed one;
+the second reuses the first's validated setup, plan and step simulation, which read neither the
+replay nor the scaled reserve (exact: the same objects ``estimate`` would build again from the
+same text). The Setup is the bridge's own, never handed out, so nothing changes it in between."""
+
+
 def _compute(setup_json: str, suggestions: bool) -> str:
+    done = _LAST_SIMULATED.get(setup_json) if isinstance(setup_json, str) else None
+    if done is not None:
+        try:
+            report = report_of(done, suggestions=suggestions)
+        except ValueError as exc:
+            return _failure("", str(exc))
+        except (RecursionError, MemoryError) as exc:
+            return _failure("", f"the setup is too large or too deeply nested ({type(exc).__name__})")
+        return '{"ok":true,"report":' + report.model_dump_json() + "}"
     try:
         data = _read_json(setup_json, "setup")
     except FieldError as exc:  # a limit of the JSON reader, at that value's path
@@ -192,7 +211,11 @@ def _compute(setup_json: str, suggestions: bool) -> str:
         return _failure("model.hf_config", _PATH_MESSAGE)
     try:
         setup = Setup.model_validate(data)
-        report = trainmem.estimate(setup, suggestions=suggestions)
+        done = simulated(setup)
+        _LAST_SIMULATED.clear()
+        if len(setup_json) <= MAX_KEPT_SETUP_CHARS:
+            _LAST_SIMULATED[setup_json] = done
+        report = report_of(done, suggestions=suggestions)
     except ValidationError as exc:
         return json.dumps({"ok": False, "errors": field_errors(exc)})
     except ValueError as exc:  # a setup the simulator cannot model: say why, next to the form
