@@ -379,6 +379,22 @@ def bundle_python(site: Path, wheels: list[Path]) -> dict:
     return {"zip": PYTHON_ZIP, "native": native, "lock_info": lock_info}
 
 
+# A memory snapshot of Pyodide made in the browser after loadPyodide (issue 14, repeat visits:
+# web/js/snapshot.js) holds Python's state as these files left it: the runtime and its loader, the
+# standard library's zip (the zipimporter's directory of it is in that memory) and the worker, which
+# sets loadPyodide's options. The cache entry's URL carries their hash, so a snapshot is restored
+# only into the runtime that made it.
+SNAPSHOT_INPUTS = tuple(f"pyodide/{name}" for name in PYODIDE_FILES) + ("js/worker.js", "js/snapshot.js")
+
+
+def python_snapshot(site: Path) -> dict:
+    """The worker's snapshot configuration: {"url": the cache entry's URL, under python/}."""
+    digest = hashlib.sha256()
+    for name in SNAPSHOT_INPUTS:
+        digest.update(f"{name}\0{sha256(site / name)}\n".encode())
+    return {"url": f"{PYTHON_FOLDER}/snapshot-{digest.hexdigest()[:16]}.bin"}
+
+
 # --------------------------------------------------------------------------- stored compressed
 
 
@@ -534,6 +550,7 @@ def build(site: Path) -> dict:
     python_modules = sorted(f"py/{p.name}" for p in (staging / "py").glob("*.py"))
     log("bundling the wheels' Python files into one zip for the page (python/)")
     python = bundle_python(staging, [wheels_dir / name for name in wheels])
+    python["snapshot"] = python_snapshot(staging)
 
     log("computing the default setup with CPython")
     data = page_data(sorted(wheels), python_modules, python)

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent / "bench_site.py"
-FIGURES = ("prerendered_s", "interactive_cold_s", "first_answer_cold_s", "download_mb")
+FIGURES = ("prerendered_s", "interactive_cold_s", "first_answer_cold_s", "interactive_warm_s", "interactive_service_worker_s",
+           "download_mb")
 
 
 def one_run(site: Path) -> dict:
@@ -50,6 +51,8 @@ def main() -> None:
     for label, site in zip("AB", args.sites):
         print(f"{label} = {site}")
         for figure in FIGURES:
+            if not all(figure in run for run in runs[label]):
+                continue
             values = sorted(run[figure]["median"] for run in runs[label])
             print(f"  {figure:<22} min {values[0]:7.3f}  median {statistics.median(values):7.3f}  ({', '.join(f'{v:.3f}' for v in values)})")
         middle = sorted(runs[label], key=lambda run: run["interactive_cold_s"]["median"])[len(runs[label]) // 2]

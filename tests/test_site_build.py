@@ -210,3 +210,24 @@ def test_the_local_server_sends_a_gz_file_as_it_is(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_python_snapshot_is_named_by_the_files_its_memory_depends_on(tmp_path):
+    site = tmp_path / "site"
+    for name in (*build_site.SNAPSHOT_INPUTS, "index.html", "python/site-packages.zip"):
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_bytes(name.encode())
+    first = build_site.python_snapshot(site)
+    assert first["url"].startswith("python/snapshot-") and first["url"].endswith(".bin")
+    # The page and trainmem are imported after the snapshot is made: they do not change it.
+    for name in ("index.html", "python/site-packages.zip"):
+        (site / name).write_bytes(b"changed")
+    assert build_site.python_snapshot(site) == first
+    # Pyodide's runtime, its loader, the standard library and the worker (loadPyodide's options) do.
+    assert {"pyodide/pyodide.asm.wasm", "pyodide/pyodide.mjs", "pyodide/python_stdlib.zip", "js/worker.js"} <= set(
+        build_site.SNAPSHOT_INPUTS)
+    seen = {first["url"]}
+    for name in build_site.SNAPSHOT_INPUTS:
+        (site / name).write_bytes(b"another build of " + name.encode())
+        seen.add(build_site.python_snapshot(site)["url"])
+    assert len(seen) == 1 + len(build_site.SNAPSHOT_INPUTS)

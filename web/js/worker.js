@@ -21,9 +21,13 @@
 //    worker with the page: web/js/early.js): its loader and runtime scripts by dynamic imports (a
 //    static import would hold this module, and so the boot message, until they had loaded), its
 //    WebAssembly runtime and standard library by fetches that loadPyodide's own requests for the
-//    same URLs then take over (startedFetch) instead of requesting them again.
+//    same URLs then take over (startedFetch) instead of requesting them again;
+//  * a repeat visit restores a memory snapshot of Python made right after loadPyodide on an
+//    earlier visit and kept in Cache Storage (web/js/snapshot.js) instead of initialising Python;
+//    one that fails to restore is deleted and the boot starts again without it.
 
 import { fetchWasm } from "./stored.js";
+import { cachedSnapshot, canKeepSnapshots, forgetSnapshot, storeSnapshot } from "./snapshot.js";
 
 /** This worker's stages on the epoch clock ([stage, ms]), sent to the page with the boot's answer. */
 const marks = [];
@@ -38,13 +42,18 @@ const pyodideRuntime = import("../pyodide/pyodide.asm.mjs");
 /** One of Pyodide's files as loadPyodide expects its response (the one place that fetches them);
  *  the runtime is stored as pyodide.asm.wasm.gz, which stored.js fetchWasm decompresses as it downloads. */
 const fetchPyodideFile = (url) => (url.endsWith(".wasm") ? fetchWasm(url) : fetch(url));
-const earlyFetches = new Map(
-  ["pyodide.asm.wasm", "python_stdlib.zip"].map((name) => {
+const earlyFetches = new Map();
+/** Start the fetches of Pyodide's runtime and standard library (again, for a boot that starts over). */
+function startEarlyFetches() {
+  for (const name of ["pyodide.asm.wasm", "python_stdlib.zip"]) {
     const url = new URL(name, PYODIDE).href;
-    return [url, fetchPyodideFile(url)];
-  }),
-);
-for (const pending of [pyodideLoader, pyodideRuntime, ...earlyFetches.values()]) pending.catch(() => {}); // awaited later
+    const pending = fetchPyodideFile(url);
+    pending.catch(() => {}); // awaited by loadPyodide
+    earlyFetches.set(url, pending);
+  }
+}
+startEarlyFetches();
+for (const pending of [pyodideLoader, pyodideRuntime]) pending.catch(() => {}); // awaited later
 
 /**
  * fetch, except that the first request for a URL this module already fetched gets that response
@@ -138,7 +147,10 @@ async function boot({ modules, python }) {
   progress("runtime", 0.05, "Loading Python (Pyodide)…");
   const base = new URL("../", import.meta.url);
   if (!python) throw new Error("this page's engine configuration has no python bundle (rebuild the site)");
-  // Every download at once: the runtime, the bundle, the extensions (compiled as they arrive), the page's modules.
+  // Every download at once: the runtime, the bundle, the extensions (compiled as they arrive), the
+  // page's modules, and a snapshot of Python kept by an earlier visit (snapshot.js).
+  const snapshotConfig = python.snapshot ? { ...python.snapshot, base: base.href } : null;
+  const cached = cachedSnapshot(snapshotConfig);
   const bundle = fetchOk(new URL(python.zip, base)).then((response) => response.arrayBuffer());
   const natives = python.native.map((lib) => compileNative(new URL(lib.url, base)).then((compiled) => ({ ...lib, ...compiled })));
   const sources = Promise.all(
@@ -147,11 +159,45 @@ async function boot({ modules, python }) {
   for (const pending of [bundle, sources, ...natives]) pending.catch(() => {}); // awaited below
   const { loadPyodide } = await pyodideLoader;
   mark("loader");
+  const downloads = { bundle, natives, sources };
+  const snapshot = await cached;
+  let made = null;
+  const firstVisit = {
+    makeSnapshot: canKeepSnapshots(snapshotConfig),
+    madeSnapshot: (bytes) => {
+      made = bytes;
+    },
+  };
+  if (snapshot) {
+    try {
+      bridge = await startPython(loadPyodide, python, downloads, { snapshot });
+    } catch {
+      // A snapshot that does not restore (or a boot from it that fails): forget it, boot as a first visit.
+      mark("snapshot-failed");
+      await forgetSnapshot(snapshotConfig);
+      startEarlyFetches();
+      bridge = await startPython(loadPyodide, python, downloads, firstVisit);
+    }
+  } else {
+    bridge = await startPython(loadPyodide, python, downloads, firstVisit);
+  }
+  mark("imported");
+  self.postMessage({ type: "timings", marks });
+  progress("ready", 1, "Ready");
+  if (made) setTimeout(() => storeSnapshot(snapshotConfig, made), 0); // after the boot's answer
+  return { seconds: (performance.now() - started) / 1000, failures: [] };
+}
+
+/**
+ * loadPyodide (from `snapshot` when given; copying memory into madeSnapshot right after it when
+ * makeSnapshot), the bundle and the extensions in place, then `import trainmem_web`: the bridge.
+ */
+async function startPython(loadPyodide, python, { bundle, natives, sources }, { snapshot = null, makeSnapshot = false, madeSnapshot = null }) {
   let sitePackages = null;
   // PYDANTIC_DISABLE_PLUGINS: pydantic otherwise scans every installed distribution's entry points
   // (importlib.metadata) when it builds its first model; the page has no pydantic plugin.
   const pyodide = await loadPyodide({
-    indexURL: new URL("pyodide/", base).href,
+    indexURL: new URL("pyodide/", new URL("../", import.meta.url)).href,
     lockFileContents: { info: python.lock_info, packages: {} },
     env: { PYDANTIC_DISABLE_PLUGINS: "__all__" },
     fsInit: (FS, { sitePackages: folder }) => {
@@ -160,8 +206,16 @@ async function boot({ modules, python }) {
     stdout: () => {},
     stderr: () => {},
     createPyodideModule,
+    ...(snapshot ? { _loadSnapshot: snapshot } : makeSnapshot ? { _makeSnapshot: true } : {}),
   });
   mark("loadpyodide");
+  if (snapshot) {
+    mark("snapshot-restored");
+    pyodide.runPython("import random; random.seed()"); // not the seed of the visit that made the snapshot
+  } else if (makeSnapshot) {
+    madeSnapshot(pyodide.makeMemorySnapshot()); // before any dynamic library is loaded (snapshot.js)
+    mark("snapshot-made");
+  }
   progress("packages", 0.6, "Loading trainmem and pydantic…");
   const zipPath = "/lib/trainmem-site-packages.zip";
   pyodide.FS.writeFile(zipPath, new Uint8Array(await bundle));
@@ -183,14 +237,10 @@ async function boot({ modules, python }) {
     pyodide.runPython(BOOTSTRAP, { globals: namespace });
     namespace.get("_install")(zipPath, JSON.stringify(nativePaths));
     namespace.destroy();
-    bridge = pyodide.pyimport("trainmem_web");
+    return pyodide.pyimport("trainmem_web");
   } catch (error) {
     throw new Error(`cannot import trainmem in Pyodide: ${error.message}`);
   }
-  mark("imported");
-  self.postMessage({ type: "timings", marks });
-  progress("ready", 1, "Ready");
-  return { seconds: (performance.now() - started) / 1000, failures: [] };
 }
 
 const handlers = {
