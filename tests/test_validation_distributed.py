@@ -131,7 +131,7 @@ def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
 
 
 UPDATES_ON_DEVICE = [
-    m for m in CORPUS if m.framework in ("deepspeed", "fsdp1") and not m.setup.parallelism.offload_optimizer
+    m for m in CORPUS if m.framework in ("deepspeed", "fsdp1", "dtensor-tp") and not m.setup.parallelism.offload_optimizer
 ]
 
 
@@ -151,7 +151,8 @@ def test_optimizer_phase_matches_the_measured_update(measurement):
     other gradient through it, in an fp32 model too (``flat_grad_partition.to(fp32)`` is the flattened copy
     itself), ZeRO-3 its sub-group's flattened fp32 gradient; BF16_Optimizer its full fp32 buffer and the bf16
     ``.grad`` tensors; FSDP1's for-loop AdamW temporaries follow each parameter's view of the rank's FlatParameter
-    chunk (a whole embedding on rank 0, not half of it). (Offload runs are left out: on a CPU-only machine the client optimizer's temporaries over
+    chunk (a whole embedding on rank 0, not half of it); DTensor TP's embedding ``.grad`` is replicated (the whole
+    vocabulary on each rank, next to the rank's slice of every other gradient). (Offload runs are left out: on a CPU-only machine the client optimizer's temporaries over
     the host partition are measured as device memory.)"""
     rank = report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement)
     measured = measurement.phase_peaks["optimizer"]

@@ -146,6 +146,7 @@ def _kernels(plan: Plan, selective: bool) -> LayerKernels:
         use_dora=plan.lora and plan.finetuning.lora.use_dora,
         quantized_compute_dtype=quant.compute_dtype if plan.quantized_base else None,
         fp8_matmuls=precision.fp8_matmuls,
+        saves_gathered_sequence=dtensor_tp.saves_gathered_sequence(plan),
     )
 
 
@@ -218,7 +219,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     if stage.has_embedding:
         # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
         tied = arch.tie_word_embeddings and stage.has_head and embedding_trains
-        embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
+        embedding_rows = dtensor_tp.embedding_gradient_rows(plan, arch.vocab_size, tied)
         embedding = _cached(
             ("embedding", key, tied, embedding_rows, checkpointing),
             lambda: trace_patch_embedding(arch, shape, kernels, trainability, grads_exist)
@@ -275,6 +276,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
                 lambda: trace_chunked_loss_head(arch, head_shape, kernels, trainability, vocab, chunks, grads_exist),
             )
         else:
+            # DTensor SP: the final norm runs on the sequence shard, lm_head gathers its input (trace_loss_head)
+            head_shape = shape if kernels.saves_gathered_sequence else head_shape
             head = _cached(
                 ("head", key, vocab, head_shape, gathered_vocab),
                 lambda: trace_loss_head(arch, head_shape, kernels, trainability, vocab, grads_exist, gathered_vocab),
