@@ -17,7 +17,8 @@ DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_para
 ``grad_accum_dtype`` fp32 (also on one rank: DeepSpeed keeps its ZeRO optimizer's buffers there too) and
 small reduce buckets. Pipeline parallelism with ``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2
 and 4 micro-batches, fp32 and bf16, 2 and 4 ranks) and interleaved 1F1B with 2 stages per rank (2 ranks, and
-4 ranks of an 8-layer Llama with 4 and 8 micro-batches).
+4 ranks of an 8-layer Llama with 4 and 8 micro-batches). FSDP1 with ``CPUOffload``; DTensor TP + SequenceParallel
+with foreach AdamW; FSDP2 and ZeRO-2 on the single-device corpus's small qwen3_moe and granitemoehybrid.
 """
 
 from __future__ import annotations
