@@ -17,13 +17,15 @@ DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_para
 ``grad_accum_dtype`` fp32 (also on one rank: DeepSpeed keeps its ZeRO optimizer's buffers there too) and
 small reduce buckets. Pipeline parallelism with ``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2
 and 4 micro-batches, fp32 and bf16, 2 and 4 ranks) and interleaved 1F1B with 2 stages per rank (2 ranks, and
-4 ranks of an 8-layer Llama with 4 and 8 micro-batches).
+4 ranks of an 8-layer Llama with 4 and 8 micro-batches). FSDP1 with ``CPUOffload``; DTensor TP + SequenceParallel
+with foreach AdamW; FSDP2 and ZeRO-2 on the single-device corpus's small qwen3_moe and granitemoehybrid.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from corpus_cases import GRANITE4_SMALL, QWEN3_MOE_SMALL  # the single-device corpus's small MoE and hybrid
 from small_models import LLAMA_7M  # shared with the tests (scripts/small_models.py)
 
 
@@ -89,6 +91,13 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
     ),
     case("tp-dtensor-llama-7m-fp32-w2", "DTensor TP (torchtitan plan), fp32", TP),
     case("tp-dtensor-sp-llama-7m-fp32-w2", "DTensor TP with SequenceParallel norms, fp32", {**TP, "sequence_parallel": True}),
+    case(
+        "tp-dtensor-sp-llama-7m-fp32-foreach-w2",
+        "DTensor TP with SequenceParallel norms, fp32, foreach AdamW (the _foreach_* kernels over DTensors; without "
+        "SequenceParallel the norms stay plain tensors and torch 2.13's _foreach_* ops refuse the mixed lists)",
+        {**TP, "sequence_parallel": True},
+        optimizer={"name": "adamw", "implementation": "foreach"},
+    ),
     case("zero1-llama-7m-fp32-w2", "DeepSpeed ZeRO-1, fp32", zero(1)),
     case("zero2-llama-7m-fp32-w2", "DeepSpeed ZeRO-2, fp32", zero(2)),
     case("zero3-llama-7m-fp32-w2", "DeepSpeed ZeRO-3, fp32", zero(3)),
@@ -211,17 +220,32 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
         )
         for micro_batches in (4, 8)
     ],
-]
-
-
-OUTSIDE_THE_CORPUS: list[dict[str, Any]] = [
+    *[
+        case(
+            f"{framework}-{name}-small-{'fp32' if precision == 'fp32' else 'bf16'}-w2",
+            f"{label} on 2 ranks, {precision}: {what}",
+            parallelism,
+            precision,
+            model={"hf_config": config},
+        )
+        for framework, label, parallelism, precision in [
+            ("fsdp2", "FSDP2", FSDP, "fp32"),
+            ("zero2", "DeepSpeed ZeRO-2", zero(2), "bf16-master-weights"),
+        ]
+        for name, config, what in [
+            ("qwen3moe", QWEN3_MOE_SMALL, "a small qwen3_moe (4 routed experts, top-2, per-head q/k norms)"),
+            ("granite4", GRANITE4_SMALL, "a small granitemoehybrid (Mamba-2 and NoPE attention layers, MoE with a shared MLP)"),
+        ]
+    ],
     case(
         "fsdp1-llama-7m-fp32-offload-w2",
-        "FSDP1 FULL_SHARD, fp32, CPUOffload(offload_params=True) (on the CPU its host-device copies are no-ops: the "
-        "device side as measured leaves out the GPU's copy of a unit's shard before its all-gather)",
+        "FSDP1 FULL_SHARD, fp32, CPUOffload(offload_params=True) (on the CPU its host-device copies are no-ops and "
+        "each unit's gradient writeback copy is device memory: trainmem.parallel.fsdp.writes_back_gradient_copies)",
         {"strategy": "fsdp", "fsdp_version": 1, "offload_parameters": True, "offload_optimizer": True},
     ),
 ]
-"""Measured with ``--only ID --output FILE``, not part of the corpus: the device side of FSDP1's CPU offload on a
-CPU-only machine is not a GPU's (tests/data/fsdp1_cpu_offload_measured.jsonl, its host side checked by
-tests/test_validation_distributed.py)."""
+
+
+OUTSIDE_THE_CORPUS: list[dict[str, Any]] = []
+"""Cases measured with ``--only ID --output FILE`` and kept out of the corpus (none today: FSDP1's CPU offload,
+``fsdp1-llama-7m-fp32-offload-w2``, joined the corpus once its CPU-only device side was modelled)."""

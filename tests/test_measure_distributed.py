@@ -86,6 +86,37 @@ def test_a_two_rank_fsdp2_run_matches_the_estimate():
     assert abs(comparison.relative_error) <= 0.05
 
 
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_two_rank_dtensor_tp_run_keeps_a_replicated_embedding_gradient_through_the_update():
+    """DTensor TP (trainmem.parallel.dtensor_tp): the embedding's ``.grad`` is the whole vocabulary on each rank, so the
+    gradients at the update exceed the rank's weights by the other half of the embedding; the estimate's update
+    matches the measured one."""
+    pytest.importorskip("transformers")
+    import trainmem
+    from trainmem.measure.distributed import measure_distributed
+    from trainmem.validate import report_for_rank
+
+    config = {**TINY_LLAMA, "tie_word_embeddings": False}
+    setup = {
+        "model": {"hf_config": config},
+        "micro_batch_size": 2,
+        "sequence_length": 32,
+        "precision": "fp32",
+        "optimizer": {"name": "adamw", "implementation": "for-loop"},
+        "parallelism": {"num_gpus": 2, "tensor_parallel_size": 2, "tensor_parallel_flavor": "dtensor"},
+        "runtime": {"device": "cpu"},
+    }
+    ranks = measure_distributed(setup, case_id="tiny-tp")
+    measured = ranks[0].phase_peaks["optimizer"]
+    half_embedding = config["vocab_size"] // 2 * config["hidden_size"] * 4
+    assert measured.breakdown.gradients - measured.breakdown.parameters >= half_embedding - 1024
+    rank = report_for_rank(trainmem.estimate(ranks[0].setup, suggestions=False), ranks[0])
+    timeline = rank.timeline
+    index = timeline.phases.index("optimizer")
+    assert timeline.gradients[index] == measured.breakdown.gradients
+
+
 def test_setups_a_local_run_cannot_replay_are_refused():
     from trainmem.measure.distributed import check_distributed
     from trainmem.setup import Setup

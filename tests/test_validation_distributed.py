@@ -14,8 +14,6 @@ DeepSpeed keeps in host memory (``Measurement.host_parts``, named from its sourc
 trainmem's per-rank offloaded bytes must match them.
 """
 
-from pathlib import Path
-
 import pytest
 
 import trainmem
@@ -131,7 +129,7 @@ def test_each_pipeline_rank_meets_the_gate_against_its_own_stage(measurement):
 
 
 UPDATES_ON_DEVICE = [
-    m for m in CORPUS if m.framework in ("deepspeed", "fsdp1") and not m.setup.parallelism.offload_optimizer
+    m for m in CORPUS if m.framework in ("deepspeed", "fsdp1", "dtensor-tp") and not m.setup.parallelism.offload_optimizer
 ]
 
 
@@ -151,7 +149,8 @@ def test_optimizer_phase_matches_the_measured_update(measurement):
     other gradient through it, in an fp32 model too (``flat_grad_partition.to(fp32)`` is the flattened copy
     itself), ZeRO-3 its sub-group's flattened fp32 gradient; BF16_Optimizer its full fp32 buffer and the bf16
     ``.grad`` tensors; FSDP1's for-loop AdamW temporaries follow each parameter's view of the rank's FlatParameter
-    chunk (a whole embedding on rank 0, not half of it). (Offload runs are left out: on a CPU-only machine the client optimizer's temporaries over
+    chunk (a whole embedding on rank 0, not half of it); DTensor TP's embedding ``.grad`` is replicated (the whole
+    vocabulary on each rank, next to the rank's slice of every other gradient). (Offload runs are left out: on a CPU-only machine the client optimizer's temporaries over
     the host partition are measured as device memory.)"""
     rank = report_for_rank(trainmem.estimate(measurement.setup, suggestions=False), measurement)
     measured = measurement.phase_peaks["optimizer"]
@@ -159,12 +158,16 @@ def test_optimizer_phase_matches_the_measured_update(measurement):
     assert abs(predicted - measured.bytes) <= 0.001 * measured.bytes, (predicted, measured)
 
 
-FSDP1_OFFLOAD = load_corpus(Path(__file__).parent / "data" / "fsdp1_cpu_offload_measured.jsonl")
-"""``fsdp1-llama-7m-fp32-offload-w2`` (``CPUOffload(offload_params=True)`` on 2 gloo ranks), kept out of the
-distributed corpus: its device side is not what a GPU runs. On a CPU-only machine FSDP1 takes CPUOffload's
-same-device path (flat_param.device is the compute device, nothing is copied), and the root unit's gradient
-shard and the prefetched last layer's flat gradient already exist at the head's backward (9.6 MB at the peak,
--12.8%), not yet explained from FSDP1's source. Its host side is checked here."""
+FSDP1_OFFLOAD = [m for m in CORPUS if m.framework == "fsdp1" and m.setup.parallelism.offload_parameters]
+"""``fsdp1-llama-7m-fp32-offload-w2`` (``CPUOffload(offload_params=True)`` on 2 gloo ranks). Its device side is the
+CPU-only run's: FlatParameters live on the CPU, so each unit's pre-backward gradient writeback
+(``_writeback_orig_params`` copies the ``.grad`` views of ``_cpu_grad`` into a new sharded gradient) stays on the
+"device" as ``_saved_grad_shard`` to the end of the backward; trainmem models that path for ``runtime.device: "cpu"``
+(``trainmem.parallel.fsdp.writes_back_gradient_copies``; it was -12.8% at the peak before)."""
+
+
+def test_the_fsdp1_offload_run_is_in_the_corpus():
+    assert {m.id for m in FSDP1_OFFLOAD} == {"fsdp1-llama-7m-fp32-offload-w2-rank0", "fsdp1-llama-7m-fp32-offload-w2-rank1"}
 
 
 @pytest.mark.parametrize("measurement", FSDP1_OFFLOAD, ids=[m.id for m in FSDP1_OFFLOAD])
@@ -184,14 +187,29 @@ def test_fsdp1_cpu_offload_host_side_is_what_fsdp1_keeps_on_the_host(measurement
 
 @pytest.mark.parametrize("measurement", FSDP1_OFFLOAD, ids=[m.id for m in FSDP1_OFFLOAD])
 def test_fsdp1_cpu_offload_keeps_the_reduced_shards_on_the_device_through_the_backward(measurement):
-    """``_accumulate_sharded_grad`` keeps ``_saved_grad_shard`` until ``prepare_gradient_for_optim`` (end of the
-    backward): measured, the whole gradient shard is on the device at the last backward segment, and none at the
-    update; trainmem keeps the shards until the update, which reads the host ``_cpu_grad``."""
+    """``_saved_grad_shard`` lives until ``prepare_gradient_for_optim`` (end of the backward): measured, the whole
+    gradient shard is on the device at the last backward segment, and none at the update, which reads the host
+    ``_cpu_grad``. On the CPU each unit's copy exists from its pre-backward: at the head's backward, the root's and the
+    prefetched last layer's (9.6 MB here), to the byte."""
     timeline = measurement.timeline
     shard_bytes = measurement.num_trainable_parameters // measurement.world_size * 4
     assert timeline.gradients[timeline.labels.index("backward embeddings")] == shard_bytes
     assert timeline.gradients[timeline.labels.index("optimizer")] == 0
     rank = trainmem.estimate(measurement.setup, suggestions=False).ranks[0]
     predicted = rank.timeline
-    assert predicted.gradients[predicted.labels.index("layer 0 backward")] > 0
+    at_the_head = timeline.gradients[timeline.labels.index("backward head")]
+    assert predicted.gradients[predicted.labels.index("loss backward")] == at_the_head == 9_643_520
+    assert predicted.gradients[predicted.labels.index("layer 0 backward")] >= shard_bytes  # + the layer's own, unsharded
     assert predicted.gradients[predicted.labels.index("optimizer step")] == 0
+
+
+def test_fsdp1_cpu_offload_on_a_gpu_makes_no_writeback_copy_on_the_device():
+    """On a GPU the writeback copy is made while the FlatParameter is still the host shard, and
+    ``prepare_gradient_for_backward`` drops it (``grad_offloaded``): no gradient on the device at the head's backward;
+    each unit's reduce-scattered shard stays from its post-backward to the end of the backward (from the source, not
+    measured)."""
+    measurement = FSDP1_OFFLOAD[0]
+    setup = measurement.setup.model_copy(update={"runtime": measurement.setup.runtime.model_copy(update={"device": "cuda"})})
+    timeline = trainmem.estimate(setup, suggestions=False).ranks[0].timeline
+    assert timeline.gradients[timeline.labels.index("loss backward")] < 9_643_520
+    assert timeline.gradients[timeline.labels.index("layer 0 backward")] > 0

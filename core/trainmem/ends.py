@@ -90,6 +90,13 @@ def trace_loss_head(
         return trace_seq2seq_loss_head(arch, shape, kernels, trainability, vocab_per_rank, parameter_grads_exist)
     tape, x, normed = _tape_through_final_norm(arch, shape, kernels, trainability)
     tokens, h = shape.stream_tokens, shape.hidden
+    if kernels.saves_gathered_sequence and tokens != shape.tokens:
+        # DTensor SequenceParallel: ``model.norm`` runs on the sequence shard and ``lm_head``'s
+        # ``ColwiseParallel(input_layouts=Shard(1))`` all-gathers its input, which the matmul saves.
+        gathered = tape.new(shape.tokens * h, normed.dtype, normed.requires_grad)
+        tape.record("all_gather", [], [normed], [gathered])
+        tape.release(normed)
+        normed, tokens = gathered, shape.tokens
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
     bias = Sym(vocab_per_rank, kernels.weight_dtype, weight.requires_grad, "parameter") if arch.lm_head_bias else None
     logits = tape.linear(normed, weight, vocab_per_rank, bias)

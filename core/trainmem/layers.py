@@ -111,6 +111,10 @@ class LayerKernels:
     """PEFT DoRA on every adapter (``trainmem.dora``)."""
     fp8_matmuls: bool = False
     """Transformer Engine fp8 linear layers."""
+    saves_gathered_sequence: bool = False
+    """Sequence parallelism as DTensor runs it (``PrepareModuleInput`` to ``Replicate``): the column-parallel
+    linears save the all-gathered input, where Megatron's save the sequence shard and all-gather it again in
+    backward (trainmem.parallel.dtensor_tp)."""
 
 
 @dataclass(frozen=True)
@@ -304,13 +308,17 @@ class LayerProgram:
         x_tp = self._gather_sequence(x)
         names = self.names
         if arch.fused_qkv:
-            qkv = self.linear(names.qkv_proj, x_tp, shape.hidden, q_width + 2 * kv_width, arch.attention_qkv_bias, x)
+            qkv = self.linear(
+                names.qkv_proj, x_tp, shape.hidden, q_width + 2 * kv_width, arch.attention_qkv_bias,
+                self._saved_sequence_input(x, x_tp),
+            )
             q, k, v = tape.split(qkv, [tokens * q_width, tokens * kv_width, tokens * kv_width])
             produced = [qkv]
         else:
-            q = self.linear(names.q_proj, x_tp, shape.hidden, q_width, arch.attention_qkv_bias, x)
-            k = self.linear(names.k_proj, x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, x)
-            v = self.linear(names.v_proj, x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, x)
+            saved = self._saved_sequence_input(x, x_tp)
+            q = self.linear(names.q_proj, x_tp, shape.hidden, q_width, arch.attention_qkv_bias, saved)
+            k = self.linear(names.k_proj, x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, saved)
+            v = self.linear(names.v_proj, x_tp, shape.hidden, kv_width, arch.attention_qkv_bias, saved)
             produced = [q, k]
         if x_tp is not x:
             tape.release(x_tp)
@@ -514,7 +522,7 @@ class LayerProgram:
         if self.arch.is_moe:
             return self._moe(x)
         x_tp = self._gather_sequence(x)
-        out = self._dense_mlp(self.names.mlp, x_tp, self.shape.intermediate, saved_input=x)
+        out = self._dense_mlp(self.names.mlp, x_tp, self.shape.intermediate, saved_input=self._saved_sequence_input(x, x_tp))
         if x_tp is not x:
             self.tape.release(x_tp)
         return self._scatter_sequence(out)
@@ -688,6 +696,11 @@ class LayerProgram:
         gathered = self.tape.new(self.shape.tokens * self.shape.hidden, x.dtype, x.requires_grad)
         self.tape.record("all_gather", [], [x], [gathered])
         return gathered
+
+    def _saved_sequence_input(self, shard: Sym, gathered: Sym) -> Sym:
+        """What a column-parallel linear saves under sequence parallelism: Megatron the sequence shard
+        (re-gathered in backward), DTensor the gathered input itself (:attr:`LayerKernels.saves_gathered_sequence`)."""
+        return gathered if self.kernels.saves_gathered_sequence else shard
 
     def _scatter_sequence(self, x: Sym) -> Sym:
         """With sequence parallelism, the reduce-scatter after a row-parallel linear."""

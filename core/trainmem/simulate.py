@@ -147,6 +147,7 @@ def _kernels(plan: Plan, selective: bool) -> LayerKernels:
         use_dora=plan.lora and plan.finetuning.lora.use_dora,
         quantized_compute_dtype=quant.compute_dtype if plan.quantized_base else None,
         fp8_matmuls=precision.fp8_matmuls,
+        saves_gathered_sequence=dtensor_tp.saves_gathered_sequence(plan),
     )
 
 
@@ -219,7 +220,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     if stage.has_embedding:
         # A tied embedding's gradient is first made by the head; the embedding's backward adds to it.
         tied = arch.tie_word_embeddings and stage.has_head and embedding_trains
-        embedding_rows = arch.vocab_size // plan.parallel.tensor_parallel_size
+        embedding_rows = dtensor_tp.embedding_gradient_rows(plan, arch.vocab_size, tied)
         embedding = _cached(
             ("embedding", key, tied, embedding_rows, checkpointing),
             lambda: trace_patch_embedding(arch, shape, kernels, trainability, grads_exist)
@@ -288,6 +289,8 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
                 lambda: trace_chunked_loss_head(arch, head_shape, kernels, trainability, vocab, chunks, grads_exist),
             )
         else:
+            # DTensor SP: the final norm runs on the sequence shard, lm_head gathers its input (trace_loss_head)
+            head_shape = shape if kernels.saves_gathered_sequence else head_shape
             head = _cached(
                 ("head", key, vocab, head_shape, gathered_vocab),
                 lambda: trace_loss_head(arch, head_shape, kernels, trainability, vocab, grads_exist, gathered_vocab),
@@ -948,6 +951,7 @@ def _micro_batch(
         account.set("activations", LAYER_OUTPUTS, 0)
     for name, _, _ in _forward_locals(plan):
         account.set("activations", name, 0)  # the base model's forward returned
+    writeback = _fsdp1_writeback_shards(plan, states, traces)
     if head is not None:
         training_phases.record_teacher_forward(plan, account, micro_batch, suffix)
         account.record(
@@ -979,6 +983,8 @@ def _micro_batch(
         account.add("parameters", copies_name, head.saved_weight_copy_bytes, copies_detail)
         training_phases.record_reference_forward(plan, account, micro_batch, suffix)
         grads_now = head.backward_peak_grad_bytes
+        if writeback:  # the root's pre-backward: the root's copy, and the prefetched last layer's
+            account.add("gradients", WRITEBACK, writeback[0], fsdp.WRITEBACK_DETAIL)
         account.record(
             "loss backward" + suffix,
             "backward",
@@ -990,6 +996,7 @@ def _micro_batch(
                 ("activations", "logits and loss temporaries"): head.backward_peak_activation_grad_bytes
                 + (grads_now if grads_exist else 0),
                 ("gradients", "gradients"): 0 if grads_exist else grads_now,
+                ("gradients", WRITEBACK): writeback[1] if writeback else 0,
                 ("parameters", "gathered weights"): ends_gathered
                 + fsdp.backward_prefetch_bytes(plan, states.gathered_layer_weights.get(traces.runs[-1][2], 0))
                 if traces.runs
@@ -1078,16 +1085,22 @@ def _micro_batch(
             labels = [f"layer {i} backward{suffix}" for i in reversed(indices)]
             saved, copies = kept_by(trace)
             stored = 0 if grads_exist else _stored(plan, states.gradients_per_layer[kind], trace.parameter_grad_bytes)
+            moment = _backward_moment(trace, saved, copies, stream, grads_exist, recompute, saved_name, copies_name)
+            if writeback:
+                # Before layer i's backward: the copies of the layers above, its own and the one below (prefetched).
+                shard = states.gradients_per_layer[kind]
+                moment[("gradients", WRITEBACK)] = shard * (1 if indices[0] == stage.first_layer else 2)
             account.record_series(
                 labels,
                 "backward",
                 micro_batch,
-                _backward_moment(trace, saved, copies, stream, grads_exist, recompute, saved_name, copies_name),
+                moment,
                 {
                     ("activations", saved_name): -saved,
                     ("parameters", copies_name): -copies,
                     ("gradients", "gradients"): stored,
                     ("parameters", "unsharded layers kept for backward"): -kept_by_kind.get(kind, 0),
+                    ("gradients", WRITEBACK): states.gradients_per_layer[kind] if writeback else 0,
                 },
             )
             if received_tops.intersection(indices):  # its output, held by backward_one_chunk, is no gradient
@@ -1152,6 +1165,7 @@ def _micro_batch(
     if padding_mask.padding_mask(plan.setup):
         account.set("activations", "padding attention mask", 0)
     account.set("activations", "activation gradient", 0)
+    account.set("gradients", WRITEBACK, 0)  # FSDP1's prepare_gradient_for_optim drops _saved_grad_shard
     account.set("activations", "earlier micro-batches in flight", 0)
     account.set("activations", "stage output held for backward", 0)
     account.set("activations", "pipeline stage output", 0)
@@ -1198,6 +1212,18 @@ def _zero_backward_epilogue(plan: Plan, states: ModelStates, account: MemoryAcco
         account.record("gradient norms" + suffix, "backward", micro_batch, {("overhead", "fp64 gradient copy"): norm_copy})
     if deepspeed.gradients_live_in_bucket(plan) and micro_batch == 1:
         account.set("gradients", "gradients", deepspeed.partition_gradient_bytes(plan, states.trainable_numel))
+
+
+WRITEBACK = "FSDP1 writeback gradient copies"
+"""trainmem.parallel.fsdp.writes_back_gradient_copies: each unit's sharded gradient from its pre-backward."""
+
+
+def _fsdp1_writeback_shards(plan: Plan, states: ModelStates, traces: "_Traces") -> "tuple[int, int] | None":
+    """FSDP1 CPU offload on the CPU: (the root unit's sharded gradient copy, the prefetched last layer's), or None."""
+    if not fsdp.writes_back_gradient_copies(plan):
+        return None
+    last = states.gradients_per_layer.get(traces.runs[-1][2], 0) if traces.runs else 0
+    return states.gradients_embedding + states.gradients_head, last
 
 
 def _pending_tied_gradient(plan: Plan, stage: Stage) -> int:
@@ -1264,6 +1290,7 @@ def _stored(plan: Plan, stored: int, produced: int) -> int:
         or deepspeed.gradients_live_in_bucket(plan)
         or deepspeed.gradients_go_to_host(plan)
         or fsdp.offloads_to_host(plan) and not fsdp.keeps_reduced_shards_on_device(plan)
+        or fsdp.writes_back_gradient_copies(plan)  # reduced in place into the unit's writeback copy
     ):
         return 0  # accumulated into the resident buffer, copied into ZeRO-2's reduce bucket or to the host
     if plan.sharding.gradients > 1 or plan.lora:

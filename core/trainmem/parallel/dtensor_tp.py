@@ -13,13 +13,24 @@ Where it differs from Megatron-Core's TP (``tensor_parallel_flavor="megatron"``)
 * **the loss sees every token**: with ``SequenceParallel`` the head's input is
   all-gathered from its sequence shards (``ColwiseParallel(input_layouts=Shard(1))``), so
   the final norm's output and the logits cover the whole sequence.
+* **the embedding's gradient is the whole vocabulary**: the embedding's output is a ``MaskPartial``
+  that is all-reduced (or reduce-scattered) to its ``output_layouts``; the backward of that
+  redistribute keeps the gradient ``Replicate`` instead of going back to ``Partial``
+  (``_redistribute_backward`` in ``torch/distributed/tensor/_redistribute.py``), and with a replicated
+  ``grad_out`` and replicated token ids the cheapest ``embedding_dense_backward`` strategy
+  (``_ops/_embedding_ops.py``) is all-replicate: every rank makes the full vocab × hidden gradient, and
+  ``AccumulateGrad`` keeps it as the ``.grad`` of the ``Shard(0)`` weight. The optimizer reads it
+  through a local ``Replicate -> Shard(0)`` redistribute of each step (the states stay the rank's slice).
+  Megatron's ``VocabParallelEmbedding`` makes the rank's slice only.
 * **the loss sees the whole vocabulary**: the head's weight (and gradient) is the rank's
   vocabulary slice, but its local logits (vocab / t) are all-gathered to a replicated (b, s, vocab) tensor (``ColwiseParallel._prepare_output_fn``,
   ``torch/distributed/tensor/parallel/style.py``), and the cross-entropy upcasts and
   log-softmaxes all of it on every rank; Megatron's vocab-parallel cross-entropy works on
   the rank's slice.
 
-Measured (``tp-dtensor-*``): parameters and optimizer states to the byte.
+Measured (``tp-dtensor-*``): parameters and optimizer states to the byte; the embedding's ``.grad`` is a
+replicated (8000, 256) tensor on each of the two ranks (18.1 MB of gradients where the weights are 14.0 MB),
+through the update.
 """
 
 from __future__ import annotations
@@ -42,6 +53,25 @@ def gathered_logits_vocabulary(plan: "Plan", vocab_size: int) -> "int | None":
     DTensor TP (the head's weight and its gradient stay the rank's slice); None under Megatron's
     vocab-parallel cross-entropy."""
     return vocab_size if runs_dtensor_tp(plan) else None
+
+
+def embedding_gradient_rows(plan: "Plan", vocab_size: int, tied: bool) -> int:
+    """Rows of the embedding weight's gradient on each rank: the whole vocabulary under DTensor TP (a
+    replicated gradient of the vocabulary-sharded weight, see the module docstring), the rank's slice
+    (vocab / t) under Megatron's ``VocabParallelEmbedding`` or without TP. A tied embedding keeps the slice
+    (the head's gradient of the shared weight is ``Shard(0)``; not measured)."""
+    if runs_dtensor_tp(plan) and not tied:
+        return vocab_size
+    return vocab_size // plan.parallel.tensor_parallel_size
+
+
+def saves_gathered_sequence(plan: "Plan") -> bool:
+    """DTensor ``SequenceParallel``: ``PrepareModuleInput(desired_input_layouts=Replicate())`` all-gathers the
+    block's input before q/k/v and gate/up, and the matmuls save that replicated tensor for backward (autograd
+    saves the local input of ``aten.mm``); Megatron's column-parallel linear saves the shard and all-gathers it
+    again in backward. Measured (``tp-dtensor-sp-llama-7m-fp32-w2``): one full-sequence hidden state more per
+    sub-block than the shard."""
+    return runs_dtensor_tp(plan) and plan.parallel.sequence_parallel
 
 
 def loss_head_shape(plan: "Plan", shape: "LayerShape") -> "LayerShape":

@@ -122,6 +122,34 @@ def keeps_reduced_shards_on_device(plan: "Plan") -> bool:
     return runs_fsdp1(plan) and offloads_to_host(plan)
 
 
+WRITEBACK_DETAIL = (
+    "FSDP1 CPUOffload on a CPU-only run: each unit's pre-backward copies the orig params' .grad views of _cpu_grad "
+    "into a new sharded gradient (_writeback_orig_params), kept as _saved_grad_shard to the end of the backward"
+)
+
+
+def writes_back_gradient_copies(plan: "Plan") -> bool:
+    """FSDP1's CPU offload as a CPU-only run replays it (``runtime.device: "cpu"``): a sharded gradient copy per unit
+    from the unit's pre-backward (or its prefetch) to the end of the backward.
+
+    From the source (torch/distributed/fsdp/_flat_param.py, _runtime_utils.py): with offload, ``sharded_grad`` is
+    ``_cpu_grad``, so ``_use_sharded_grad_views`` leaves every original parameter's ``.grad`` a view of ``_cpu_grad``
+    again after ``zero_grad``; the next backward's ``pre_unshard`` runs ``_writeback_orig_params``, which finds
+    ``param.grad`` not in ``flat_param.grad`` (None) and allocates ``torch.zeros_like(flat_param)`` (the shard) as the
+    new ``flat_param.grad``. ``prepare_gradient_for_backward`` then keeps it as ``_saved_grad_shard``, because on the
+    CPU the gradient is on the FlatParameter's device, and ``_accumulate_sharded_grad`` adds the reduce-scattered
+    shard into it in place; ``prepare_gradient_for_optim`` drops it after the backward. The root's pre-backward
+    unshards the root and prefetches the last layer (``BACKWARD_PRE``), each layer's the one below, so the root's and
+    the last layer's copies exist at the head's backward (measured: ``fsdp1-llama-7m-fp32-offload-w2``, 9.6 MB at
+    the peak).
+
+    On a GPU the same copy is made while the FlatParameter is still the host shard (``_writeback_orig_params`` runs
+    before ``flat_param_to(device)``): host memory, dropped by ``prepare_gradient_for_backward``
+    (``grad_offloaded``), and the device holds each unit's reduce-scattered shard from its post-backward to the end
+    of the backward instead (:func:`keeps_reduced_shards_on_device`)."""
+    return runs_fsdp1(plan) and offloads_to_host(plan) and plan.device == "cpu"
+
+
 def offloaded_gradient_parts(plan: "Plan", trainable_numel: int) -> list[tuple[str, int, str]]:
     """The gradient shard FSDP's CPU offload keeps on the host, as (name, bytes, detail)."""
     if not offloads_to_host(plan):
