@@ -662,6 +662,8 @@ def _buffer_bytes(plan: Plan) -> int:
         total += arch.rope_sets * 2 * rounded((arch.rotary_dim // 2) * element, plan.device)
     if getattr(plan.family, "final_logits_bias", False):  # BART's (1, V) final_logits_bias buffer
         total += rounded(arch.vocab_size * element, plan.device)
+    if hasattr(plan.family, "layer_buffer_numels"):  # e.g. Falcon-H1's per-layer mup_vector
+        total += sum(rounded(numel * element, plan.device) for numel in plan.family.layer_buffer_numels(arch))
     return total + encoder_buffer_bytes(arch, plan.device)
 
 
