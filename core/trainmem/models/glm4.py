@@ -52,6 +52,11 @@ class Glm4(DecoderFamily):
     model_type = "glm4"
     names = Glm4Names()
     lora_default_targets = None
+    layers_save_rotary_tables = False
+    """No layer saves the model's cos/sin (each saves its own repeat_interleaved pair), so they die when
+    ``Glm4Model.forward`` returns, before the loss (measured: one pair less at the backward peak). With full
+    checkpointing the recomputation keeps them. Not counted during the forward either (a forward peak would be
+    under-predicted by one pair)."""
 
     def read_config(self, fields: ConfigFields) -> Architecture:
         common = common_decoder_fields(fields, GLM4_DEFAULTS)
