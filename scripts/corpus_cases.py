@@ -155,6 +155,23 @@ MAMBA2_SMALL = {"model_type": "mamba2", "vocab_size": 32000, "hidden_size": 256,
 NEMOTRON_H_SMALL = {"model_type": "nemotron_h", **{k: v for k, v in FAMILY_COMMON.items() if k != "num_hidden_layers"},
                     "hybrid_override_pattern": "M-M*-M", "head_dim": 32, "mamba_num_heads": 8, "mamba_head_dim": 64,
                     "ssm_state_size": 64, "n_groups": 2, "chunk_size": 64}
+# Falcon-H1 scaled down: attention and a Mamba-2 mixer side by side in every layer (mamba_d_ssm 512 in 8 heads, 2 B/C
+# groups, chunk 64, no mixer norm as in every published checkpoint), Falcon-H1 0.5B's µP multipliers. The norm variant
+# has FalconH1RMSNormGated (norm before the gate) and the projection biases.
+FALCON_H1_SMALL = {"model_type": "falcon_h1", **FAMILY_COMMON, **IDS, "head_dim": 32, "mamba_d_ssm": 512,
+                   "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_d_state": 64, "mamba_n_groups": 2,
+                   "mamba_chunk_size": 64, "attention_out_multiplier": 0.9375, "embedding_multiplier": 5.656854249492381,
+                   "key_multiplier": 0.39062499999999994, "lm_head_multiplier": 0.0390625,
+                   "mlp_multipliers": [0.8838834764831844, 0.5859375], "ssm_in_multiplier": 1.25,
+                   "ssm_multipliers": [0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738],
+                   "ssm_out_multiplier": 0.23570226039551587, "mamba_rms_norm": False}
+FALCON_H1_NORM_SMALL = {**FALCON_H1_SMALL, "mamba_rms_norm": True, "mamba_norm_before_gate": True,
+                        "projectors_bias": True, "mamba_proj_bias": True}
+# Apertus scaled down: xIELU (two learned scalars per layer) in an un-gated MLP, per-head q/k norms, Llama 3 RoPE.
+APERTUS_SMALL = {"model_type": "apertus", **FAMILY_COMMON, **IDS}
+# GLM-4 (0414) scaled down: four norms per layer, q/k/v biases, head_dim 32 with half of it rotated (interleaved),
+# fused gate_up_proj.
+GLM4_SMALL = {"model_type": "glm4", **FAMILY_COMMON, **IDS, "head_dim": 32}
 COHERE_QK_NORM_SMALL = {**COHERE_SMALL, "use_qk_norm": True, "tie_word_embeddings": False}
 FALCON_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "multi_query": True, "parallel_attn": True}
 FALCON_NEW_SMALL = {"model_type": "falcon", **FAMILY_COMMON, **IDS, "num_kv_heads": 2,
@@ -636,6 +653,37 @@ CASES: list[dict[str, Any]] = [
     case("nemotronh-nano-9b-v2-bf16-lora-b1-s512-fake", "nemotron-nano-9b-v2", batch=1, seq=512, precision="bf16-pure",
          lora={"r": 16, "target_modules": ["in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"]},
          fake=True, description="Nemotron Nano 9B v2 (27 Mamba-2, 4 attention, 25 MLP blocks) LoRA on fake tensors."),
+    # ---------------------------------------------------------------- Mamba-2 hybrids (Falcon-H1)
+    case("falconh1-small-fp32-adamw-b2-s256", FALCON_H1_SMALL, batch=2, seq=256,
+         description="Falcon-H1: attention and the Mamba-2 mixer in parallel in every layer, µP multipliers."),
+    case("falconh1-small-ampbf16-adamw-b2-s256", FALCON_H1_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="The fp32 µP vector promotes in_proj's bf16 output: the mixer after in_proj runs in fp32."),
+    case("falconh1-small-ampbf16-adamw-ckpt-b2-s200", FALCON_H1_SMALL, batch=2, seq=200, precision="amp-bf16",
+         checkpointing="full", description="The scan pads the sequence to the 64-token chunk."),
+    case("falconh1-small-bf16-lora-b2-s256", FALCON_H1_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": ["in_proj", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj"]},
+         description="LoRA on every linear PEFT allows for falcon_h1 (it refuses out_proj and conv1d)."),
+    case("falconh1norm-small-fp32-adamw-b2-s256", FALCON_H1_NORM_SMALL, batch=2, seq=256,
+         description="FalconH1RMSNormGated before the gate (mamba_rms_norm), in_proj/out_proj biases."),
+    case("falcon-h1-0.5b-bf16-adamw-b1-s512-fake", "falcon-h1-0.5b", batch=1, seq=512, precision="bf16-pure",
+         fake=True, description="Falcon-H1 0.5B (36 layers of attention + Mamba-2) on fake tensors."),
+    # ---------------------------------------------------------------- Apertus (xIELU)
+    case("apertus-small-fp32-adamw-b2-s256", APERTUS_SMALL, batch=2, seq=256,
+         description="xIELU's Python path: the mask, alpha_p * x, expm1 and expm1 - x saved besides x."),
+    case("apertus-small-ampbf16-adamw-b2-s256", APERTUS_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="xIELU's (1,)-shaped fp32 scalars promote its bf16 products to fp32 under autocast."),
+    case("apertus-small-ampbf16-adamw-ckpt-b2-s256", APERTUS_SMALL, batch=2, seq=256, precision="amp-bf16",
+         checkpointing="full"),
+    case("apertus-small-bf16-lora-all-b2-s256", APERTUS_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}, description="Frozen xIELU scalars: fewer tensors saved."),
+    # ---------------------------------------------------------------- GLM-4 (0414)
+    case("glm4-small-fp32-adamw-b2-s256", GLM4_SMALL, batch=2, seq=256,
+         description="GLM-4: sandwich norms, interleaved partial RoPE (cos/sin repeat_interleaved per layer)."),
+    case("glm4-small-ampbf16-adamw-ckpt-b2-s256", GLM4_SMALL, batch=2, seq=256, precision="amp-bf16",
+         checkpointing="full"),
+    case("glm4-small-bf16-lora-all-b2-s256", GLM4_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
     # ---------------------------------------------------------------- Mamba-2 (pure)
     case("mamba2-small-fp32-adamw-b2-s256", MAMBA2_SMALL, batch=2, seq=256, attention="eager",
          description="Mamba-2 blocks only: the torch SSD scan (chunk 64), 2 B/C groups, untied head."),

@@ -171,6 +171,26 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "moe_num_experts": 4, "moe_k": 2, "use_bias": True, "tie_word_embeddings": False, "moe_layer_interval": 2,
         "moe_num_shared_experts": 0, "head_dim": 32,
     },
+    "apertus": {"model_type": "apertus", **SMALL, "intermediate_size": 96},
+    "apertus-silu-biases-tied": {
+        "model_type": "apertus", **SMALL, "num_key_value_heads": 4, "head_dim": 32, "intermediate_size": 96,
+        "attention_bias": True, "tie_word_embeddings": True, "hidden_act": "silu",
+    },
+    "glm4": {"model_type": "glm4", **SMALL, "intermediate_size": 96, "head_dim": 32},
+    "glm4-full-rotary-no-bias-tied": {
+        "model_type": "glm4", **SMALL, "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 96,
+        "attention_bias": False, "tie_word_embeddings": True, "partial_rotary_factor": 1.0,
+    },
+    "falcon_h1": {
+        "model_type": "falcon_h1", **SMALL, "intermediate_size": 96, "mamba_d_ssm": 128, "mamba_n_heads": 8,
+        "mamba_d_state": 16, "mamba_n_groups": 2, "mamba_chunk_size": 32, "key_multiplier": 0.39, "ssm_in_multiplier": 1.25,
+    },
+    "falcon_h1-norm-biases-tied": {
+        "model_type": "falcon_h1", **SMALL, "num_key_value_heads": 4, "head_dim": 32, "intermediate_size": 96,
+        "mamba_d_ssm": None, "mamba_n_heads": 4, "mamba_d_state": 16, "mamba_rms_norm": True, "mamba_proj_bias": True,
+        "projectors_bias": True, "attention_bias": True, "mlp_bias": True, "mamba_conv_bias": False,
+        "tie_word_embeddings": True,
+    },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
     "granitemoehybrid": {
         "model_type": "granitemoehybrid", **SMALL, "num_hidden_layers": 4, "intermediate_size": 32,

@@ -63,6 +63,9 @@ PUBLISHED_COUNTS = {
     "smollm3-3b": 3_075_098_624,  # card: 3B
     "seed-oss-36b": 36_151_104_512,  # card: 36B
     "exaone-4.0-32b": 32_003_216_384,  # card: 32B
+    "apertus-8b": 8_053_338_176,  # card: 8B
+    "falcon-h1-0.5b": 521_411_104,  # card: 0.5B
+    "falcon-h1-7b": 7_585_513_568,  # card: 7B
 }
 
 REQUIRED_PRESETS = [

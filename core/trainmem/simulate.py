@@ -678,6 +678,8 @@ def _buffer_bytes(plan: Plan) -> int:
         total += arch.rope_sets * 2 * rounded((arch.rotary_dim // 2) * element, plan.device)
     if getattr(plan.family, "final_logits_bias", False):  # BART's (1, V) final_logits_bias buffer
         total += rounded(arch.vocab_size * element, plan.device)
+    if hasattr(plan.family, "layer_buffer_numels"):  # e.g. Falcon-H1's per-layer mup_vector
+        total += sum(rounded(numel * element, plan.device) for numel in plan.family.layer_buffer_numels(arch))
     return total + encoder_buffer_bytes(arch, plan.device)
 
 
@@ -1242,6 +1244,8 @@ def _rotary_bytes(plan: Plan) -> int:
     arch = plan.architecture
     if arch is None or arch.position_embedding != "rope":
         return 0
+    if not getattr(plan.family, "layers_save_rotary_tables", True) and plan.setup.activation_checkpointing != "full":
+        return 0  # GLM-4: each layer saves its own repeated copies; the model's tables die when its forward returns
     seq = packing.row_shape(plan.setup)[1] // plan.parallel.context_parallel_size
     tables = plan.family.rotary_tables_bytes(arch, seq, DTYPE_BYTES[plan.precision.stream_dtype])
     if plan.family.rotary_tables_per_sample:

@@ -11,6 +11,8 @@ One frozen record on :attr:`Architecture.mamba`, read from the family's config.j
 
 from __future__ import annotations
 
+from typing import Literal, Optional
+
 from pydantic import Field, PositiveInt
 
 from ._base import FrozenModel
@@ -30,6 +32,21 @@ class Mamba2Mixer(FrozenModel):
     norm_groups: PositiveInt = Field(
         default=1, description="Groups of the gated RMSNorm (group_size = inner width / norm_groups)."
     )
+    out_proj_bias: Optional[bool] = Field(
+        default=None, description="out_proj has a bias (Falcon-H1's projectors_bias); None: as proj_bias."
+    )
+    gated_norm: Literal["gate_then_norm", "norm_then_gate", "gate_only"] = Field(
+        default="gate_then_norm",
+        description=(
+            "How the scan's output meets the gate z: silu(z) then the group RMSNorm (Granite 4.0, Nemotron-H, Mamba-2), "
+            "the norm then silu(z) (Falcon-H1's mamba_norm_before_gate), or silu(z) alone without a norm weight "
+            "(Falcon-H1's mamba_rms_norm false)."
+        ),
+    )
+
+    @property
+    def has_out_proj_bias(self) -> bool:
+        return self.proj_bias if self.out_proj_bias is None else self.out_proj_bias
 
     @property
     def inner_width(self) -> int:

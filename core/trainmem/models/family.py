@@ -101,6 +101,12 @@ class DecoderFamily:
         that runs (``simulate.attention_kernel``). None by default."""
         return []
 
+    def layer_buffer_numels(self, arch: Architecture) -> list[int]:
+        """Elements of the non-persistent floating-point buffers the decoder registers besides the rotary
+        embedding's, one entry per buffer (cast with the model's dtype). None by default; Falcon-H1 keeps one
+        µP vector per layer."""
+        return []
+
     def quantized_by_bitsandbytes(self, tensor: ParameterTensor) -> bool:
         """A 4-/8-bit load replaces ``nn.Linear`` modules of the decoder layers (not the output head)."""
         return tensor.linear_features is not None and tensor.group != "lm_head"

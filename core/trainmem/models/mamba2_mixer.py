@@ -134,10 +134,11 @@ def mamba2_tensors(arch: Architecture, names: Mamba2Names) -> list[ParameterTens
     tensors += [
         ParameterTensor(names.dt_bias, "attention", (m.num_heads,)),
         ParameterTensor(names.a_log, "attention", (m.num_heads,)),
-        ParameterTensor(f"{names.norm}.weight", "norms", (inner,)),
-        ParameterTensor(names.d, "attention", (m.num_heads,)),
     ]
-    return tensors + blocks.linear(names.out_proj, "attention", inner, h, m.proj_bias)
+    if m.gated_norm != "gate_only":  # Falcon-H1 without mamba_rms_norm: nn.Identity, no weight
+        tensors.append(ParameterTensor(f"{names.norm}.weight", "norms", (inner,)))
+    tensors.append(ParameterTensor(names.d, "attention", (m.num_heads,)))
+    return tensors + blocks.linear(names.out_proj, "attention", inner, h, m.has_out_proj_bias)
 
 
 def _mixer(arch: Architecture) -> Mamba2Mixer:
@@ -162,12 +163,17 @@ class Mamba2Program:
         self._refuse_split_mamba()
         m, names, tape, shape = _mixer(self.arch), self.mamba_names, self.tape, self.shape
         tokens, h = shape.tokens, shape.hidden
-        projected = self.linear(names.in_proj, x, h, m.projection_width, m.proj_bias)
+        x_in = self._mamba_input(x)
+        projected = self._mamba_projected(self.linear(names.in_proj, x_in, h, m.projection_width, m.proj_bias))
         if self.kernels.device == "cuda":
+            if x_in is not x:
+                tape.release(x_in)
             return self._fused_mamba2(x, projected, m)
         a = self._negated_exp_a_log(m.num_heads)  # A = -torch.exp(self.A_log.float())
         gate, xbc, dt = tape.split(projected, [tokens * m.inner_width, tokens * m.conv_dim, tokens * m.num_heads])
         activated = self._mamba_causal_conv1d(xbc, m)
+        if x_in is not x:  # the forward's rebound local: dropped at the split after the conv
+            tape.release(x_in)
         xs, b_in, c_in = tape.split(
             activated, [tokens * m.inner_width, tokens * m.n_groups * m.state_size, tokens * m.n_groups * m.state_size]
         )
@@ -178,9 +184,17 @@ class Mamba2Program:
         cast = tape.to(normed, x.dtype)  # out_proj(scan_output.to(dtype))
         if cast is not normed:
             tape.release(normed)
-        out = self.linear(names.out_proj, cast, m.inner_width, h, m.proj_bias)
+        out = self.linear(names.out_proj, cast, m.inner_width, h, m.has_out_proj_bias)
         tape.release(cast)
         return out
+
+    def _mamba_input(self, x: Sym) -> Sym:
+        """What in_proj reads: the mixer's input (a hook: Falcon-H1 scales it by ``ssm_in_multiplier`` first)."""
+        return x
+
+    def _mamba_projected(self, projected: Sym) -> Sym:
+        """in_proj's output as the mixer splits it (a hook: Falcon-H1 multiplies it by its µP vector)."""
+        return projected
 
     def _refuse_split_mamba(self) -> None:
         """Sequence and tensor parallelism of the Mamba-2 layers are not modelled: one FieldError."""
@@ -392,6 +406,42 @@ class Mamba2Program:
         return out
 
     def _mamba_gated_norm(self, x: Sym, gate: Sym, m: Mamba2Mixer) -> Sym:
+        """The gate and the norm, in the mixer's order (``Mamba2Mixer.gated_norm``)."""
+        if m.gated_norm == "gate_only":
+            return self._mamba_silu_gate(x, gate, cast_gate=False)
+        if m.gated_norm == "norm_then_gate":
+            return self._mamba_norm_then_gate(x, gate, m)
+        return self._mamba_gate_then_norm(x, gate, m)
+
+    def _mamba_silu_gate(self, x: Sym, gate: Sym, cast_gate: bool) -> Sym:
+        """``x * F.silu(gate)`` (Falcon-H1 without ``mamba_rms_norm``: ``scan_output * silu(gate)``, the gate in
+        its own dtype) or ``x * F.silu(gate.to(float32))`` (``cast_gate``); silu saves its input, mul both."""
+        tape = self.tape
+        gate_in = tape.to(gate, "fp32") if cast_gate else gate
+        activated = tape.unary_saving_input("silu", gate_in)
+        if gate_in is not gate:
+            tape.release(gate_in)
+        gated = tape.mul(x, activated)
+        tape.release(activated)
+        return gated
+
+    def _mamba_norm_then_gate(self, x: Sym, gate: Sym, m: Mamba2Mixer) -> Sym:
+        """``FalconH1RMSNormGated`` with ``norm_before_gate``: the group RMSNorm of x in fp32,
+        ``weight.view(G, -1) * normalized`` (the product in fp32), then ``* silu(gate.to(float32))`` and
+        ``.to(input_dtype)`` (x is the scan's fp32 output: no cast)."""
+        tape = self.tape
+        rows = x.numel // m.inner_width * m.norm_groups
+        normalized = self._normalize_in_fp32(x, rows)
+        weighted = tape.mul(self.parameter(self.mamba_names.norm, m.inner_width), normalized)
+        tape.release(normalized)
+        gated = self._mamba_silu_gate(weighted, gate, cast_gate=True)
+        tape.release(weighted)
+        out = tape.to(gated, x.dtype)
+        if out is not gated:
+            tape.release(gated)
+        return out
+
+    def _mamba_gate_then_norm(self, x: Sym, gate: Sym, m: Mamba2Mixer) -> Sym:
         """``GraniteMoeHybridRMSNormGated(x, gate)``: ``x.float() * silu(gate.float())``, the RMSNorm of
         each group in fp32, ``weight * normalized.to(x.dtype)`` (x is the scan's fp32 output)."""
         tape = self.tape
