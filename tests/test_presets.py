@@ -63,6 +63,10 @@ PUBLISHED_COUNTS = {
     "smollm3-3b": 3_075_098_624,  # card: 3B
     "seed-oss-36b": 36_151_104_512,  # card: 36B
     "exaone-4.0-32b": 32_003_216_384,  # card: 32B
+    "glm-4.7-flash": 29_943_390_976,  # card: 30B-A3B (+ one multi-token-prediction layer, not built by transformers)
+    "hunyuan-7b": 7_504_568_320,  # card: 7B
+    "hunyuan-a13b": 80_393_183_232,  # card: 80B (13B active)
+    "minimax-m2": 228_689_748_992,  # card: 230B (10B active; + 3 multi-token-prediction modules, not built)
 }
 
 REQUIRED_PRESETS = [
