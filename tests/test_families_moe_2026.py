@@ -131,3 +131,31 @@ def test_hunyuan_moe_topk_list_must_be_uniform_and_cover_every_layer():
 def test_hunyuan_dense_is_llama_with_per_head_norms_after_rope():
     arch = architecture_from_hf_config(presets()["hunyuan-7b"].config)
     assert not arch.is_moe and arch.qk_norm and arch.resolved_head_dim == 128 and arch.tie_word_embeddings
+
+
+# ---------------------------------------------------------------------------- every new family estimates
+
+
+NEW_FAMILY_CONFIGS = {
+    "minimax_m2": {"model_type": "minimax_m2", **SMALL, "num_local_experts": 4, "num_experts_per_tok": 2, "rotary_dim": 8},
+    "glm4_moe_lite": {"model_type": "glm4_moe_lite", **SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+                      "n_routed_experts": 4, "num_experts_per_tok": 2, "kv_lora_rank": 16, "qk_rope_head_dim": 8},
+    "hunyuan_v1_moe": {"model_type": "hunyuan_v1_moe", **SMALL, "num_experts": 4, "moe_topk": 2},
+    "hunyuan_v1_dense": {"model_type": "hunyuan_v1_dense", **SMALL},
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_FAMILY_CONFIGS))
+@pytest.mark.parametrize("method", ["full", "qlora"])
+def test_new_family_estimates_full_training_and_qlora(name, method):
+    from trainmem import estimate
+
+    finetuning = {"method": method}
+    if method != "full":
+        finetuning["lora"] = {"r": 8, "target_modules": "all-linear"}
+    setup = Setup.model_validate({
+        "model": {"hf_config": NEW_FAMILY_CONFIGS[name]}, "micro_batch_size": 1, "sequence_length": 64,
+        "precision": "bf16-pure" if method == "full" else "fp32", "finetuning": finetuning,
+    })
+    report = estimate(setup)
+    assert report.peak_allocated_bytes > 0
