@@ -201,6 +201,27 @@ GLM4_MOE_SMALL = {"model_type": "glm4_moe", **FAMILY_COMMON, **IDS, "head_dim": 
                   "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
                   "n_shared_experts": 1, "first_k_dense_replace": 1, "use_qk_norm": True, "attention_bias": True,
                   "partial_rotary_factor": 0.5, "routed_scaling_factor": 2.5}
+# MiniMax-M2 scaled down (minimax_m2): q/k RMS-normed over the whole projections, partial rotary (rotary_dim 16 of
+# head_dim 32, then a torch.cat), a sigmoid router over an nn.Parameter with the score-correction buffer, 8 fused
+# experts (top 2), no shared expert, every layer MoE.
+MINIMAX_M2_SMALL = {"model_type": "minimax_m2", **FAMILY_COMMON, **IDS, "head_dim": 32, "rotary_dim": 16,
+                    "intermediate_size": 128, "num_local_experts": 8, "num_experts_per_tok": 2}
+# GLM-4.7-Flash scaled down (glm4_moe_lite): DeepSeek-V3's multi-head latent attention with GLM's MoE, the first
+# layer dense (mlp_layer_types' default), sigmoid router with the correction buffer, one shared expert.
+GLM4_MOE_LITE_SMALL = {"model_type": "glm4_moe_lite", **FAMILY_COMMON, **IDS, "num_key_value_heads": 8,
+                       "moe_intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 1,
+                       "topk_group": 1, "n_shared_experts": 1, "q_lora_rank": 96, "kv_lora_rank": 64,
+                       "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}
+# Hunyuan-A13B scaled down (hunyuan_v1_moe): RoPE then per-head q/k norms, a shared MLP run before the router, an
+# nn.Linear gate (wg) with an fp32 softmax, 8 fused experts (top 2); the dense model (hunyuan_v1_dense) the same
+# attention with a Llama MLP.
+HUNYUAN_MOE_SMALL = {"model_type": "hunyuan_v1_moe", **FAMILY_COMMON, **IDS, "head_dim": 32, "intermediate_size": 128,
+                     "num_experts": 8, "moe_topk": 2}
+HUNYUAN_DENSE_SMALL = {"model_type": "hunyuan_v1_dense", **FAMILY_COMMON, **IDS, "head_dim": 32}
+# ERNIE 4.5 MoE scaled down (ernie4_5_moe): layer 0 dense (moe_layer_start_index 1), 8 fused experts (top 2) and two
+# shared experts, the router run with autocast off, tied embeddings.
+ERNIE4_5_MOE_SMALL = {"model_type": "ernie4_5_moe", **FAMILY_COMMON, **IDS, "head_dim": 32, "moe_intermediate_size": 128,
+                      "moe_num_experts": 8, "moe_k": 2, "moe_num_shared_experts": 2}
 # SmolLM3 scaled down: every 4th layer NoPE (layer 3 of 4), tied embeddings; the window variant sends the NoPE
 # layer through a 128-token sliding window (use_sliding_window).
 SMOLLM3_SMALL = {"model_type": "smollm3", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4}
@@ -460,6 +481,47 @@ CASES: list[dict[str, Any]] = [
          lora={"r": 8, "target_modules": "all-linear"},
          description="LoRA all-linear with PEFT's Qwen2-MoE conversion: router and fused experts adapted too."),
     case("glm4moe-small-bf16-adamw-b2-s256-fake", GLM4_MOE_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    # ---------------------------------------------------------------- MiniMax-M2 (minimax_m2)
+    case("minimaxm2-small-fp32-adamw-b2-s256", MINIMAX_M2_SMALL, batch=2, seq=256,
+         description="MiniMax-M2 layout: whole-projection q/k norms, partial rotary with its torch.cat, sigmoid router."),
+    case("minimaxm2-small-ampbf16-adamw-eager-b2-s256", MINIMAX_M2_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager"),
+    case("minimaxm2-small-ampbf16-adamw-ckpt-b2-s512", MINIMAX_M2_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full"),
+    case("minimaxm2-small-bf16-lora-all-b2-s256", MINIMAX_M2_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear with PEFT's Mixtral conversion: the router parameter and fused experts adapted too."),
+    case("minimaxm2-small-bf16-adamw-b2-s256-fake", MINIMAX_M2_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    # ---------------------------------------------------------------- GLM-4.7-Flash (glm4_moe_lite)
+    case("glm4moelite-small-fp32-adamw-b2-s256", GLM4_MOE_LITE_SMALL, batch=2, seq=256,
+         description="GLM-4.7-Flash layout: multi-head latent attention, a dense first layer, sigmoid router, shared expert."),
+    case("glm4moelite-small-ampbf16-adamw-ckpt-b2-s512", GLM4_MOE_LITE_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full"),
+    case("glm4moelite-small-bf16-lora-all-b2-s256", GLM4_MOE_LITE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear with PEFT's Qwen2-MoE conversion: router and fused experts adapted too."),
+    case("glm4moelite-small-bf16-adamw-b2-s256-fake", GLM4_MOE_LITE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         fake=True),
+    # ---------------------------------------------------------------- Hunyuan (hunyuan_v1_moe, hunyuan_v1_dense)
+    case("hunyuanmoe-small-fp32-adamw-b2-s256", HUNYUAN_MOE_SMALL, batch=2, seq=256,
+         description="Hunyuan-A13B layout: RoPE then per-head q/k norms, shared MLP before the nn.Linear gate, fused experts."),
+    case("hunyuanmoe-small-ampbf16-adamw-eager-b2-s256", HUNYUAN_MOE_SMALL, batch=2, seq=256, precision="amp-bf16",
+         attention="eager"),
+    case("hunyuanmoe-small-bf16-lora-all-b2-s256", HUNYUAN_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: the gate's wg as a linear module, the fused experts as parameters, not the shared MLP."),
+    case("hunyuanmoe-small-bf16-adamw-b2-s256-fake", HUNYUAN_MOE_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    case("hunyuandense-small-ampbf16-adamw-ckpt-b2-s512", HUNYUAN_DENSE_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full", description="Hunyuan dense layout: Llama with RoPE then per-head q/k norms."),
+    # ---------------------------------------------------------------- ERNIE 4.5 MoE (ernie4_5_moe)
+    case("ernie45moe-small-fp32-adamw-b2-s256", ERNIE4_5_MOE_SMALL, batch=2, seq=256,
+         description="ERNIE 4.5 MoE layout: a dense first layer, fused experts, two shared experts, the fp32 router."),
+    case("ernie45moe-small-ampbf16-adamw-b2-s256", ERNIE4_5_MOE_SMALL, batch=2, seq=256, precision="amp-bf16",
+         description="Under autocast the router still runs in fp32 (maybe_autocast(enabled=False))."),
+    case("ernie45moe-small-bf16-lora-all-b2-s256", ERNIE4_5_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    case("ernie45moe-small-bf16-adamw-b2-s256-fake", ERNIE4_5_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         fake=True),
     # ---------------------------------------------------------------- SmolLM3 (NoPE layers) and OLMo 3 (sliding window)
     case("smollm3-small-fp32-adamw-b2-s256", SMOLLM3_SMALL, batch=2, seq=256,
          description="SmolLM3 layout: a NoPE layer (no rotated q/k) among RoPE layers, tied embeddings."),

@@ -96,7 +96,17 @@ def test_case_records_what_ran_and_where(case: Measurement):
     else:  # all but Whisper's encoder embed_positions (requires_grad_(False), models/whisper.py)
         arch = setup.architecture()
         frozen = arch.max_source_positions * arch.hidden_size if arch is not None and arch.num_mel_bins else 0
+        frozen += _never_trained_parameters(arch)
         assert case.num_trainable_parameters == case.num_parameters - frozen
+
+
+def _never_trained_parameters(arch) -> int:
+    """Parameters with ``requires_grad=False`` (ERNIE 4.5 MoE's ``e_score_correction_bias``: group "unused")."""
+    if arch is None:
+        return 0
+    from trainmem.inventory import build_inventory
+
+    return sum(t.numel * g.count for g in build_inventory(arch).layer_groups for t in g.tensors if t.group == "unused")
 
 
 # ---------------------------------------------------------------------- coverage of the issue's axes

@@ -140,6 +140,17 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "num_experts_per_tok": 2, "use_qk_norm": True, "attention_bias": True, "head_dim": 32, "n_shared_experts": 2,
         "n_group": 2, "topk_group": 1, "partial_rotary_factor": 0.25,
     },
+    "glm4_moe_lite": {
+        "model_type": "glm4_moe_lite", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 16,
+    },
+    "glm4_moe_lite-mlp-layer-types-no-q-lora": {
+        "model_type": "glm4_moe_lite", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "q_lora_rank": None, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 24, "n_shared_experts": 2, "mlp_layer_types": ["sparse", "dense", "sparse"],
+        "attention_bias": True,
+    },
     "smollm3": {"model_type": "smollm3", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96},
     "smollm3-untied-biases-window": {
         "model_type": "smollm3", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "tie_word_embeddings": False,
@@ -190,6 +201,26 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "mamba_d_ssm": None, "mamba_n_heads": 4, "mamba_d_state": 16, "mamba_rms_norm": True, "mamba_proj_bias": True,
         "projectors_bias": True, "attention_bias": True, "mlp_bias": True, "mamba_conv_bias": False,
         "tie_word_embeddings": True,
+    },
+    "hunyuan_v1_dense": {"model_type": "hunyuan_v1_dense", **SMALL, "intermediate_size": 96, "head_dim": 16},
+    "hunyuan_v1_dense-bias-tied": {
+        "model_type": "hunyuan_v1_dense", **SMALL, "intermediate_size": 96, "head_dim": 32, "attention_bias": True,
+        "tie_word_embeddings": True,
+    },
+    "hunyuan_v1_moe": {
+        "model_type": "hunyuan_v1_moe", **SMALL, "intermediate_size": 32, "head_dim": 16, "num_experts": 4, "moe_topk": 2,
+    },
+    "hunyuan_v1_moe-topk-list": {
+        "model_type": "hunyuan_v1_moe", **SMALL, "intermediate_size": 32, "head_dim": 16, "num_experts": 4,
+        "moe_topk": [2, 2, 2], "tie_word_embeddings": True,
+    },
+    "minimax_m2": {
+        "model_type": "minimax_m2", **SMALL, "intermediate_size": 32, "head_dim": 16, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "rotary_dim": 8,
+    },
+    "minimax_m2-full-rotary-tied": {
+        "model_type": "minimax_m2", **SMALL, "intermediate_size": 32, "head_dim": 32, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "tie_word_embeddings": True, "router_jitter_noise": 0.01,
     },
     "gpt2": {"model_type": "gpt2", "vocab_size": 512, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
     "granitemoehybrid": {

@@ -66,6 +66,10 @@ PUBLISHED_COUNTS = {
     "apertus-8b": 8_053_338_176,  # card: 8B
     "falcon-h1-0.5b": 521_411_104,  # card: 0.5B
     "falcon-h1-7b": 7_585_513_568,  # card: 7B
+    "glm-4.7-flash": 29_943_390_976,  # card: 30B-A3B (+ one multi-token-prediction layer, not built by transformers)
+    "hunyuan-7b": 7_504_568_320,  # card: 7B
+    "hunyuan-a13b": 80_393_183_232,  # card: 80B (13B active)
+    "minimax-m2": 228_689_748_992,  # card: 230B (10B active; + 3 multi-token-prediction modules, not built)
 }
 
 REQUIRED_PRESETS = [
