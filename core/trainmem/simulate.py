@@ -1244,8 +1244,8 @@ def _rotary_bytes(plan: Plan) -> int:
     arch = plan.architecture
     if arch is None or arch.position_embedding != "rope":
         return 0
-    if not getattr(plan.family, "layers_save_rotary_tables", True) and plan.setup.activation_checkpointing != "full":
-        return 0  # GLM-4: each layer saves its own repeated copies; the model's tables die when its forward returns
+    if not plan.family.layers_save_rotary_tables and plan.setup.activation_checkpointing != "full":
+        return 0  # GLM-4, ERNIE 4.5: each layer saves its own repeated copies; the model's tables die with its forward
     seq = packing.row_shape(plan.setup)[1] // plan.parallel.context_parallel_size
     tables = plan.family.rotary_tables_bytes(arch, seq, DTYPE_BYTES[plan.precision.stream_dtype])
     if plan.family.rotary_tables_per_sample:

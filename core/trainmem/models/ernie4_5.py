@@ -85,6 +85,7 @@ def ernie_head_dim(fields: ConfigFields, common: dict) -> int:
 
 class Ernie4_5(DecoderFamily):
     model_type = "ernie4_5"
+    layers_save_rotary_tables = False  # apply_rotary_pos_emb saves repeat_interleaved copies (see DecoderFamily)
     lora_default_targets = None
     defaults = ERNIE4_5_DEFAULTS
 

@@ -97,6 +97,7 @@ def ernie_moe_layers(fields: ConfigFields, layers: int) -> tuple[int, ...]:
 
 class Ernie4_5Moe(DecoderFamily):
     model_type = "ernie4_5_moe"
+    layers_save_rotary_tables = False  # apply_rotary_pos_emb saves repeat_interleaved copies (see DecoderFamily)
     names = Ernie4_5MoeNames()
     lora_default_targets = None
     moe_lora_conversion = QWEN2_MOE_STYLE_TARGETS

@@ -57,6 +57,10 @@ class DecoderFamily:
     rotary_tables_per_sample: bool = False
     """The rotary tables have one row per sample, (b, s, d), not (1, s, d) (Qwen3.5's multimodal RoPE expands
     the position ids over the batch): ``rotary_tables_bytes`` is then multiplied by the micro-batch rows."""
+    layers_save_rotary_tables: bool = True
+    """Some layer saves the model's cos/sin tables themselves, so they live until the backward. False when
+    each layer saves only its own copies (GLM-4 and ERNIE 4.5 repeat_interleave them inside
+    ``apply_rotary_pos_emb``): the model's tables die when its forward returns (measured: one pair less)."""
     not_counted: tuple[str, ...] = ()
     """Parts of the checkpoint the inventory leaves out (stated in the report)."""
 
