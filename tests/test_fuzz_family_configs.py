@@ -164,3 +164,15 @@ def test_empty_per_layer_lists_are_too_short_not_absent():
     _refused({"model_type": "olmo3", **SMALL, "layer_types": []}, "layer_types", "0 entries for 3 layers")
     _refused({"model_type": "exaone4", **SMALL, "sliding_window": None, "layer_types": ["full_attention"] * 2},
              "layer_types", "2 entries for 3 layers")
+
+
+def test_qwen3_moe_without_head_dim_takes_hidden_size_over_heads():
+    """Qwen3MoeConfig has no head_dim field (transformers builds 177,440 parameters here; trainmem read 128)."""
+    config = {"model_type": "qwen3_moe", **SMALL, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2}
+    arch = architecture_from_hf_config(config)
+    assert arch.resolved_head_dim == 16
+    assert build_inventory(arch).num_parameters == 177_440
+
+
+def test_deepseek_with_zero_routed_experts_is_refused():
+    _refused({"model_type": "deepseek_v3", "n_routed_experts": 0}, "n_routed_experts", "greater than 0")

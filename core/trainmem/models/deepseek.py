@@ -333,7 +333,7 @@ class DeepseekV3(DecoderFamily):
         d = self.defaults
         heads = fields.integer("num_attention_heads", d["num_attention_heads"])
         layers = fields.layers(d["num_hidden_layers"])
-        experts = fields.integer("n_routed_experts", d["n_routed_experts"], minimum=0, aliases=("num_local_experts",))
+        experts = fields.integer("n_routed_experts", d["n_routed_experts"], aliases=("num_local_experts",))
         per_token = fields.optional_integer("num_experts_per_tok") or d["num_experts_per_tok"]
         first_dense = fields.integer("first_k_dense_replace", d["first_k_dense_replace"], minimum=0)
         dense = tuple(range(min(first_dense, layers))) if experts else ()
