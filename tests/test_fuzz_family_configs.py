@@ -40,6 +40,10 @@ ACCEPTED_SILENT = {
     ("granitemoehybrid", "head_dim"),
     ("deepseek_v3", "head_dim"),
     ("deepseek_v3-plain-q", "head_dim"),
+    # null for a boolean: transformers keeps None (false in its ``if``), trainmem reads the class default (true);
+    # stated in the README as a known leniency of null.
+    ("falcon", "multi_query"), ("falcon-serial", "multi_query"), ("falcon", "parallel_attn"),
+    ("falcon-serial", "parallel_attn"), ("granitemoehybrid-dense-rope", "mamba_conv_bias"),
 }
 
 
