@@ -288,6 +288,13 @@ class Architecture(FrozenModel):
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads}), or give head_dim"
             )
+        if self._odd_fully_rotated_head():
+            raise FieldError(
+                "head_dim" if self.head_dim else "num_attention_heads",
+                f"RoPE rotates pairs of dimensions: a fully rotated head must be even, got head_dim "
+                f"{self.resolved_head_dim} (transformers' validate_rope refuses it; derived from hidden_size / "
+                "num_attention_heads, the rotary tables are one wider than the head and the forward fails)"
+            )
         if self.num_experts and self.num_experts_per_tok > self.num_experts:
             raise FieldError(
                 "num_experts_per_tok",
@@ -307,6 +314,18 @@ class Architecture(FrozenModel):
             if not self.qk_rope_head_dim or self.v_head_dim is None:
                 raise ValueError("multi-head latent attention needs qk_rope_head_dim and v_head_dim")
         return self
+
+    def _odd_fully_rotated_head(self) -> bool:
+        """transformers' ``RotaryEmbeddingConfigMixin.validate_rope`` (modeling_rope_utils.py): a head wider than
+        4 that RoPE rotates whole must be even (an odd partial rotary width is rounded and fits). Where the config
+        class keeps no ``head_dim`` (Qwen2, Mixtral, Phi-3), transformers builds the model, and its first forward
+        fails: ``inv_freq`` has ceil(d/2) entries, the cos/sin tables d + 1 columns (checked, transformers 5.24:
+        "The size of tensor a (17) must match the size of tensor b (18)"). Not checked under
+        MLA (its rotary part is ``qk_rope_head_dim``) nor when no layer has RoPE (Nemotron-H has no rope)."""
+        if self.position_embedding != "rope" or self.is_mla or len(self.nope_layers) >= self.num_hidden_layers:
+            return False
+        head_dim = self.resolved_head_dim
+        return head_dim > 4 and head_dim % 2 == 1 and self.rotary_dim == head_dim
 
     @property
     def is_mla(self) -> bool:

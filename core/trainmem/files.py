@@ -33,6 +33,11 @@ MAX_NESTING_DEPTH = 32
 """Containers within containers; Hugging Face, DeepSpeed and trainer files nest at most ~5 deep."""
 MAX_STRING_CHARS = 4096
 """Longest string value or key accepted (a path or a module list is far shorter)."""
+MAX_DOCUMENT_VALUES = 2**18
+"""Values (scalars, lists and mappings) a document may hold once YAML aliases are expanded: real trainer files hold
+hundreds to a few thousand; a YAML alias bomb ("billion laughs": nine aliases of nine aliases...) parses in
+microseconds into shared references that expand to 9⁹ values, and walking them hung the reader (found by
+benchmarks/fuzz_trainer_files.py). A bound, not a fact about real files."""
 
 
 def read_text_file(path: str | os.PathLike[str], what: str = "file") -> str:
@@ -85,8 +90,13 @@ def check_limits(value: Any, where: str) -> Any:
     dotted path of the offending value inside the document ("" for the top), so that a form can
     show it next to that field."""
     stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    values = 0
     while stack:
         item, depth, path = stack.pop()
+        values += 1
+        if values > MAX_DOCUMENT_VALUES:
+            raise FieldError("", f"{where}: holds more than {MAX_DOCUMENT_VALUES:,} values (YAML aliases that expand "
+                                 "to too much?)")
         if isinstance(item, (dict, list)):
             if depth >= MAX_NESTING_DEPTH:
                 raise FieldError(path, f"{where}: nested deeper than {MAX_NESTING_DEPTH} levels at {path or 'the top'}")

@@ -298,6 +298,8 @@ def lora_targets(value: Any) -> Any:
         if value.strip().lower() in ("all", "all-linear", "all_linear"):
             return "all-linear"
         return [t.strip() for t in value.split(",") if t.strip()]
+    if not isinstance(value, (list, tuple)):  # left for Setup to refuse, naming finetuning.lora.target_modules
+        return value  # (iterating an integer raised TypeError: found by benchmarks/fuzz_trainer_files.py)
     return [str(t) for t in value]
 
 

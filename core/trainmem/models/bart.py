@@ -129,7 +129,7 @@ class Bart(T5):
             **BART_LAYOUT,
             num_attention_heads=heads,
             intermediate_size=ffn,
-            hidden_act=fields.string("activation_function", "gelu"),
+            hidden_act=fields.activation("activation_function", "gelu"),
             max_position_embeddings=positions,
             max_target_positions=positions,
             tie_word_embeddings=True,

@@ -181,7 +181,7 @@ class DebertaV2(EncoderFamily):
         heads = fields.integer("num_attention_heads", d["num_attention_heads"])
         hidden = fields.integer("hidden_size", d["hidden_size"])
         max_positions = fields.integer("max_position_embeddings", d["max_position_embeddings"])
-        hidden_act = fields.string("hidden_act", "gelu")
+        hidden_act = fields.activation("hidden_act", "gelu")
         hidden_dropout = fields.probability("hidden_dropout_prob", 0.1)
         cls_dropout = fields.optional_number("cls_dropout", minimum=0.0, maximum=1.0)
         if cls_dropout is not None and cls_dropout >= 1.0:

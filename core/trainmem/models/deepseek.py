@@ -333,7 +333,7 @@ class DeepseekV3(DecoderFamily):
         d = self.defaults
         heads = fields.integer("num_attention_heads", d["num_attention_heads"])
         layers = fields.layers(d["num_hidden_layers"])
-        experts = fields.integer("n_routed_experts", d["n_routed_experts"], minimum=0, aliases=("num_local_experts",))
+        experts = fields.integer("n_routed_experts", d["n_routed_experts"], aliases=("num_local_experts",))
         per_token = fields.optional_integer("num_experts_per_tok") or d["num_experts_per_tok"]
         first_dense = fields.integer("first_k_dense_replace", d["first_k_dense_replace"], minimum=0)
         dense = tuple(range(min(first_dense, layers))) if experts else ()
@@ -370,7 +370,7 @@ class DeepseekV3(DecoderFamily):
             num_key_value_heads=heads,  # MLA: every head has its own key and value (kv_b_proj)
             head_dim=rope,  # transformers: config.head_dim = qk_rope_head_dim (the rotary tables' width)
             intermediate_size=moe_width if experts else fields.integer("intermediate_size", d["intermediate_size"]),
-            hidden_act=fields.string("hidden_act", "silu"),
+            hidden_act=fields.activation("hidden_act", "silu"),
             max_position_embeddings=fields.integer("max_position_embeddings", d["max_position_embeddings"]),
             tie_word_embeddings=fields.boolean("tie_word_embeddings", d["tie_word_embeddings"]),
             attention_dropout=fields.probability("attention_dropout"),

@@ -66,7 +66,7 @@ class DistilBert(EncoderFamily):
             num_attention_heads=heads,
             num_key_value_heads=heads,
             intermediate_size=fields.integer("hidden_dim", 4 * 768),
-            hidden_act=fields.string("activation", "gelu"),
+            hidden_act=fields.activation("activation", "gelu"),
             max_position_embeddings=fields.integer("max_position_embeddings", 512),
             tie_word_embeddings=fields.boolean("tie_word_embeddings", True),
             embedding_dropout=dropout,

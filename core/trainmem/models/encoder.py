@@ -170,7 +170,7 @@ def encoder_fields(fields: ConfigFields, defaults: dict[str, object]) -> dict[st
         "num_attention_heads": heads,
         "num_key_value_heads": heads,
         "intermediate_size": fields.integer("intermediate_size", defaults["intermediate_size"]),
-        "hidden_act": fields.string("hidden_act", "gelu"),
+        "hidden_act": fields.activation("hidden_act", "gelu"),
         "max_position_embeddings": fields.integer("max_position_embeddings", defaults["max_position_embeddings"]),
         "type_vocab_size": fields.integer("type_vocab_size", defaults["type_vocab_size"], minimum=0),
         "tie_word_embeddings": fields.boolean("tie_word_embeddings", True),

@@ -108,7 +108,7 @@ class Ernie4_5Moe(DecoderFamily):
             common["head_dim"] = common["hidden_size"] // common["num_attention_heads"]
         layers = common["num_hidden_layers"]
         bias = fields.boolean("use_bias", False)
-        experts = fields.integer("moe_num_experts", 64, minimum=0, aliases=("num_experts",))
+        experts = fields.integer("moe_num_experts", 64, aliases=("num_experts",))
         moe_layers = ernie_moe_layers(fields, layers) if experts else ()
         moe: dict[str, object] = {}
         if moe_layers:

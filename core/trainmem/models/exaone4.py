@@ -57,6 +57,7 @@ class Exaone4(DecoderFamily):
         layers = common["num_hidden_layers"]
         window = fields.optional_integer("sliding_window") if "sliding_window" in fields.config else 4096
         hybrid: dict[str, object] = {}
+        checked_layer_types(fields, layers)  # one entry per layer even without a window (Exaone4Config validates them)
         if window is not None:
             layer_types = exaone4_layer_types(fields, layers)
             hybrid = dict(

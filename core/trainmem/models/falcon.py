@@ -68,7 +68,7 @@ class Falcon(DecoderFamily):
             num_key_value_heads=kv_heads,
             intermediate_size=fields.integer("ffn_hidden_size", 4 * hidden),
             mlp="plain",
-            hidden_act=fields.string("activation", "gelu"),
+            hidden_act=fields.activation("activation", "gelu"),
             norm="layernorm",
             attention_qkv_bias=bias,
             attention_output_bias=bias,

@@ -143,14 +143,37 @@ def common_decoder_fields(fields: ConfigFields, defaults: Mapping[str, object]) 
         "hidden_size": fields.integer("hidden_size", defaults["hidden_size"]),
         "num_hidden_layers": fields.layers(defaults["num_hidden_layers"]),
         "num_attention_heads": heads,
-        "num_key_value_heads": fields.integer("num_key_value_heads", defaults.get("num_key_value_heads") or heads),
-        "head_dim": fields.optional_integer("head_dim") or defaults.get("head_dim"),
+        "num_key_value_heads": _key_value_heads(fields, defaults, heads),
+        "head_dim": _head_dim(fields, defaults),
         "intermediate_size": fields.integer("intermediate_size", defaults["intermediate_size"]),
-        "hidden_act": fields.string("hidden_act", defaults.get("hidden_act", "silu"), aliases=("hidden_activation",)),
+        "hidden_act": fields.activation("hidden_act", defaults.get("hidden_act", "silu"), aliases=("hidden_activation",)),
         "max_position_embeddings": fields.integer("max_position_embeddings", defaults["max_position_embeddings"]),
         "tie_word_embeddings": fields.boolean("tie_word_embeddings", defaults["tie_word_embeddings"]),
         "attention_dropout": fields.probability("attention_dropout"),
     }
+
+
+def _set_to_null(fields: ConfigFields, name: str) -> bool:
+    """The file names ``name`` with ``null``: transformers then gets None, which is not the class default."""
+    return name in fields.config and fields.config[name] is None
+
+
+def _key_value_heads(fields: ConfigFields, defaults: Mapping[str, object], heads: int) -> int:
+    """``num_key_value_heads``: the class default when the file leaves it out; ``null`` means one K/V head per
+    query head (``if num_key_value_heads is None: num_key_value_heads = num_attention_heads`` in the Llama-style
+    ``__post_init__`` of Qwen2Config, Qwen3Config, SeedOssConfig, Ernie4_5Config)."""
+    if _set_to_null(fields, "num_key_value_heads"):
+        return heads
+    return fields.integer("num_key_value_heads", defaults.get("num_key_value_heads") or heads)
+
+
+def _head_dim(fields: ConfigFields, defaults: Mapping[str, object]) -> Optional[int]:
+    """``head_dim``: the class default when the file leaves it out; ``null`` means ``hidden_size //
+    num_attention_heads`` (the attention modules' ``getattr(config, "head_dim", None) or hidden_size //
+    num_attention_heads``; SeedOssConfig takes None)."""
+    if _set_to_null(fields, "head_dim"):
+        return None
+    return fields.optional_integer("head_dim") or defaults.get("head_dim")  # type: ignore[return-value]
 
 
 ATTENTION_LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -160,7 +183,7 @@ def checked_layer_types(fields: ConfigFields, layers: int, allowed: tuple[str, .
     """The file's ``layer_types`` ([] when it has none), one entry per layer, each one of ``allowed``: else one
     FieldError naming ``layer_types`` (transformers' ``layer_type_validation``, configuration_utils.py)."""
     layer_types = fields.string_list("layer_types")
-    if not layer_types:
+    if not fields.has("layer_types"):  # null or left out; [] has 0 entries (layer_type_validation refuses it)
         return []
     if len(layer_types) != layers:
         raise fields.fail("layer_types", f"has {len(layer_types)} entries for {layers} layers")

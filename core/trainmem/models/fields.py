@@ -24,6 +24,14 @@ MAX_LAYERS = 1024
 
 _MISSING = object()
 
+ACTIVATIONS = (
+    "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh", "gelu_python_tanh",
+    "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear", "mish", "quick_gelu", "relu", "relu2", "relu6",
+    "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh", "prelu", "xielu",
+)
+"""The activation names transformers builds (``ACT2CLS`` in transformers/activations.py, 5.24): any other name
+is a ``KeyError`` when the model is built (``ACT2FN[config.hidden_act]``)."""
+
 
 def describe(value: Any) -> str:
     """How an error message names a wrong value: ``the string "768"``, ``a list``, ``true``."""
@@ -148,6 +156,16 @@ class ConfigFields:
         if default is _MISSING:
             raise self.fail(name, "required")
         return default
+
+    def activation(self, name: str, default: Any = _MISSING, aliases: Sequence[str] = ()) -> str:
+        """An activation's name, one of :data:`ACTIVATIONS` (what ``ACT2FN`` knows)."""
+        value = self.string(name, default, aliases)
+        if value not in ACTIVATIONS:
+            key = next((key for key in (name, *aliases) if self.config.get(key) is not None), name)
+            shown = describe(value)
+            raise self.fail(key, f"unknown activation {shown.removeprefix('the string ')}; transformers knows "
+                                 f"{', '.join(ACTIVATIONS)}")
+        return value
 
     # ------------------------------------------------------------------ lists
     def integer_list(self, name: str, default: Sequence[int] = (), minimum: int = 0, maximum: int = MAX_SIZE) -> list[int]:

@@ -63,7 +63,7 @@ class Glm4MoeProgram(LayerProgram):
 def deepseek_style_moe_fields(fields: ConfigFields, layers: int, dense_width: int, defaults: dict) -> dict[str, object]:
     """The MoE fields of a DeepSeek-V3-style config (``n_routed_experts``, ``n_shared_experts``,
     ``first_k_dense_replace``, sigmoid router with the correction bias), with the class's ``defaults``."""
-    experts = fields.integer("n_routed_experts", defaults["n_routed_experts"], minimum=0, aliases=("num_local_experts",))
+    experts = fields.integer("n_routed_experts", defaults["n_routed_experts"], aliases=("num_local_experts",))
     if not experts:
         return {}
     per_token = fields.integer("num_experts_per_tok", defaults["num_experts_per_tok"])

@@ -45,7 +45,7 @@ class GPT2(DecoderFamily):
             hidden_size=hidden,
             num_hidden_layers=fields.integer("n_layer", 12, maximum=1024),
             intermediate_size=fields.integer("n_inner", 4 * hidden),
-            hidden_act=fields.string("activation_function", "gelu_new"),
+            hidden_act=fields.activation("activation_function", "gelu_new"),
             position_embedding="learned",
             max_position_embeddings=fields.integer("n_positions", 1024),
             tie_word_embeddings=fields.boolean("tie_word_embeddings", True),

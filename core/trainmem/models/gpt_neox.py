@@ -51,7 +51,7 @@ class GPTNeoX(DecoderFamily):
             hidden_size=fields.integer("hidden_size", 6144),
             num_hidden_layers=fields.layers(44),
             intermediate_size=fields.integer("intermediate_size", 24576),
-            hidden_act=fields.string("hidden_act", "gelu"),
+            hidden_act=fields.activation("hidden_act", "gelu"),
             max_position_embeddings=fields.integer("max_position_embeddings", 2048),
             tie_word_embeddings=fields.boolean("tie_word_embeddings", False),
             attention_dropout=fields.probability("attention_dropout"),

@@ -121,7 +121,7 @@ class GraniteMoeHybrid(DecoderFamily):
             logits_scaling=fields.number("logits_scaling", 1.0, minimum=1e-30),
             nope_layers=() if position == "rope" else tuple(range(layers)),
             linear_attention_layers=mamba_layers,
-            mamba=mamba2_fields(fields, common["hidden_size"], defaults=MAMBA_DEFAULTS),
+            mamba=mamba2_fields(fields, common["hidden_size"], defaults=MAMBA_DEFAULTS, heads_tile_expand=True),
             not_counted=(CUDA_KERNEL_NOTE,) if mamba_layers else (),
         )
 

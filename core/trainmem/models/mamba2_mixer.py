@@ -91,12 +91,15 @@ class Mamba2Names:
 
 
 def mamba2_fields(fields, hidden_size: int, prefix: str = "mamba_", heads_key: str = "mamba_n_heads",
-                  head_dim_key: str = "mamba_d_head", defaults: dict | None = None) -> Mamba2Mixer:
+                  head_dim_key: str = "mamba_d_head", defaults: dict | None = None,
+                  heads_tile_expand: bool = False) -> Mamba2Mixer:
     """The mixer's sizes from config.json, with the configuration class's defaults (``defaults``):
     ``{prefix}n_heads``, ``{prefix}d_head`` (``"auto"``: expand · h / heads), ``{prefix}d_state``,
     ``{prefix}n_groups``, ``{prefix}d_conv``, ``{prefix}chunk_size``, ``{prefix}conv_bias``,
     ``{prefix}proj_bias``. The heads must tile ``expand · h`` exactly, as the configuration class checks
-    (``validate_architecture``), and the groups must divide the heads (``repeat_interleave``)."""
+    (``validate_architecture``), and the groups must divide the heads (``repeat_interleave``). With an explicit
+    ``{prefix}d_head``, ``heads_tile_expand`` asks for heads × d_head = expand · h as well (GraniteMoeHybridConfig's
+    ``validate_architecture``: "The dimensions for the Mamba head state do not match the model intermediate_size")."""
     d = defaults or {}
     heads = fields.integer(heads_key, d.get("n_heads", 128))
     expand = fields.integer(f"{prefix}expand", d.get("expand", 2))
@@ -107,6 +110,12 @@ def mamba2_fields(fields, hidden_size: int, prefix: str = "mamba_", heads_key: s
         head_dim = expand * hidden_size // heads
     else:
         head_dim = fields.integer(head_dim_key)
+        if heads_tile_expand and heads * head_dim != expand * hidden_size:
+            raise fields.fail(
+                head_dim_key,
+                f"{heads_key} * {head_dim_key} ({heads} * {head_dim}) must equal {prefix}expand * hidden_size "
+                f"({expand * hidden_size})",
+            )
     groups = fields.integer(f"{prefix}n_groups", d.get("n_groups", 1))
     if heads % groups:
         raise fields.fail(f"{prefix}n_groups", f"must divide {heads_key} ({heads}), got {groups}")

@@ -126,7 +126,7 @@ class ModernBert(EncoderFamily):
             num_attention_heads=heads,
             num_key_value_heads=heads,
             intermediate_size=fields.integer("intermediate_size", d["intermediate_size"]),
-            hidden_act=fields.string("hidden_activation", "gelu", aliases=("hidden_act",)),
+            hidden_act=fields.activation("hidden_activation", "gelu", aliases=("hidden_act",)),
             max_position_embeddings=fields.integer("max_position_embeddings", d["max_position_embeddings"]),
             tie_word_embeddings=fields.boolean("tie_word_embeddings", True),
             embedding_dropout=fields.probability("embedding_dropout"),

@@ -145,7 +145,7 @@ class NemotronH(DecoderFamily):
             head_dim=fields.integer("head_dim", d["head_dim"]),
             intermediate_size=fields.integer("intermediate_size", d["intermediate_size"]),
             mlp="plain",
-            hidden_act=fields.string("mlp_hidden_act", "relu2"),
+            hidden_act=fields.activation("mlp_hidden_act", "relu2"),
             mlp_bias=fields.boolean("mlp_bias", False),
             max_position_embeddings=fields.integer("max_position_embeddings", d["max_position_embeddings"]),
             tie_word_embeddings=False,

@@ -82,7 +82,7 @@ class Qwen2Moe(DecoderFamily):
             attention_qkv_bias=fields.boolean("qkv_bias", True),
             num_experts=experts,
             num_experts_per_tok=fields.integer("num_experts_per_tok", 4),
-            shared_expert_intermediate_size=fields.integer("shared_expert_intermediate_size", 5632, minimum=0),
+            shared_expert_intermediate_size=fields.integer("shared_expert_intermediate_size", 5632),
             shared_expert_gate=True,
             dense_layers=dense,
             dense_intermediate_size=dense_width,

@@ -22,10 +22,12 @@ QWEN3_MOE_DEFAULTS = dict(
     num_hidden_layers=24,
     num_attention_heads=32,
     num_key_value_heads=4,
-    head_dim=128,
     max_position_embeddings=32768,
     tie_word_embeddings=False,
 )
+"""``Qwen3MoeConfig``'s defaults. It has no ``head_dim`` field: the attention reads ``getattr(config, "head_dim",
+hidden_size // num_attention_heads)``, so a file without one gets hidden_size // heads (checked on the meta device;
+the fuzz of benchmarks/fuzz_family_configs.py found 128 here)."""
 
 
 class Qwen3(DecoderFamily):

@@ -156,7 +156,7 @@ class Qwen3_5MoeText(Qwen3_5Text):
         return dict(
             num_experts=experts,
             num_experts_per_tok=fields.integer("num_experts_per_tok", 8),
-            shared_expert_intermediate_size=fields.integer("shared_expert_intermediate_size", 512, minimum=0),
+            shared_expert_intermediate_size=fields.integer("shared_expert_intermediate_size", 512),
             shared_expert_gate=True,
             intermediate_size=fields.integer("moe_intermediate_size", 512),
         )

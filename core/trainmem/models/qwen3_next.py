@@ -182,7 +182,7 @@ class Qwen3Next(DecoderFamily):
             moe = dict(
                 num_experts=experts,
                 num_experts_per_tok=fields.integer("num_experts_per_tok", 10),
-                shared_expert_intermediate_size=fields.integer("shared_expert_intermediate_size", 512, minimum=0),
+                shared_expert_intermediate_size=fields.integer("shared_expert_intermediate_size", 512),
                 shared_expert_gate=True,
                 dense_layers=dense if len(dense) < layers else (),
                 dense_intermediate_size=dense_width,

@@ -56,7 +56,7 @@ class NopeLayerProgram(LayerProgram):
 def nope_layers(fields: ConfigFields, layers: int) -> tuple[int, ...]:
     """The layers ``no_rope_layers`` marks 0 (or every ``no_rope_layer_interval``-th layer)."""
     flags = fields.integer_list("no_rope_layers", minimum=0, maximum=1)
-    if not flags:
+    if not fields.has("no_rope_layers"):  # null or left out; [] is a list too short (SmolLM3Config keeps it)
         interval = fields.integer("no_rope_layer_interval", 4)
         return tuple(i for i in range(layers) if (i + 1) % interval == 0)
     if len(flags) < layers:

@@ -248,7 +248,7 @@ class Vit(VisionEncoderFamily):
         d = VIT_DEFAULTS
         image, patch, channels = _image_fields(fields, d)
         common = _common(fields, d, intermediate=fields.integer("intermediate_size", d["intermediate_size"]),
-                         act=fields.string("hidden_act", "gelu"))
+                         act=fields.activation("hidden_act", "gelu"))
         return Architecture(
             **common,
             **_vit_attention_fields(fields),
@@ -297,7 +297,7 @@ class Dinov2(VisionEncoderFamily):
             width = (int(width * 2 / 3) + 7) // 8 * 8
         if width < 1:
             raise fields.fail("mlp_ratio", f"hidden_size × mlp_ratio must be at least 1, got {ratio}")
-        common = _common(fields, d, intermediate=width, act="silu" if swiglu else fields.string("hidden_act", "gelu"))
+        common = _common(fields, d, intermediate=width, act="silu" if swiglu else fields.activation("hidden_act", "gelu"))
         common["mlp"] = "gated" if swiglu else "plain"
         crop = min(DINOV2_PROCESSOR_CROP_PX, image) // patch * patch
         return Architecture(
@@ -403,7 +403,7 @@ class _TowerFamily(VisionEncoderFamily):
         d = TOWER_DEFAULTS[self.tower_type]
         image, patch, channels = _image_fields(fields, d)
         common = _common(fields, d, intermediate=fields.integer("intermediate_size", d["intermediate_size"]),
-                         act=fields.string("hidden_act", d["hidden_act"]))
+                         act=fields.activation("hidden_act", d["hidden_act"]))
         common["model_type"] = model_type
         use_head = fields.boolean("vision_use_head", True) if self.pooling_head else False
         return Architecture(

@@ -99,7 +99,7 @@ class Whisper(Bart):
             **BART_LAYOUT,  # attention_qkv_bias: q_proj and v_proj; k_proj has none (the inventory's rule)
             num_attention_heads=heads,
             intermediate_size=ffn,
-            hidden_act=fields.string("activation_function", "gelu"),
+            hidden_act=fields.activation("activation_function", "gelu"),
             max_position_embeddings=target_positions,
             max_target_positions=target_positions,
             tie_word_embeddings=fields.boolean("tie_word_embeddings", True),
