@@ -100,7 +100,7 @@ def test_estimates_in_pyodide_equal_cpython(site_wheels, tmp_path):
 def test_core_tests_pass_in_pyodide(site_wheels, test_wheels):
     done = subprocess.run(
         ["node", str(HERE / "run_in_pyodide.mjs"), "pytest", str(site_wheels), str(test_wheels), str(ROOT),
-         "-q", "-m", "not torch and not browser", "/repo/tests",
+         "-q", "-m", "not torch and not browser and not slow", "/repo/tests",
          "--ignore=/repo/tests/browser", "--ignore=/repo/tests/pyodide"],
         capture_output=True, text=True, timeout=1200,
     )
