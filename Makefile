@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml requirements-dev.txt
 	touch $(STAMP)
 
 test-core: setup
-	$(BIN)/python -m pytest -m "not browser"
+	$(BIN)/python -m pytest -m "not browser and not slow"
 
 test: setup site lint-workflows
 	$(BIN)/python -m pytest
