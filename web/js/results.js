@@ -326,7 +326,15 @@ function renderSuggestions(container, report, pending = false, cancelled = "") {
   // A report computed without its suggestions: the previous ones stay, dimmed, until they come.
   section.classList.toggle("pending", pending);
   section.setAttribute("aria-busy", pending ? "true" : "false");
-  if (pending) return;
+  if (pending) {
+    // A cancellation's message belongs to the answer it was shown with: the new setup's
+    // suggestions have not run yet, so it goes (earlier suggestions stay, dimmed).
+    if (section.querySelector('[data-testid="suggestions-cancelled"]')) {
+      section.replaceChildren();
+      section.hidden = true;
+    }
+    return;
+  }
   if (cancelled) {
     // Their computation ran past the engine's limit: say so where they would be.
     section.hidden = false;
