@@ -14,18 +14,14 @@ import pytest
 
 from trainmem import estimate
 from trainmem.catalogs import presets
-from trainmem.errors import FieldError
 from trainmem.inventory import build_inventory
 from trainmem.models import architecture_from_hf_config
 from trainmem.plan import Plan
 from trainmem.setup import Setup
 
+from config_refusals import refused
 
-def refused(config: dict, field: str, message: str) -> None:
-    """The reader refuses ``config`` in one FieldError naming ``field``."""
-    with pytest.raises(FieldError, match=message) as error:
-        architecture_from_hf_config(config)
-    assert error.value.field == field
+
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs_2026"
 SMALL = dict(vocab_size=512, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,

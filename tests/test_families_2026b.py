@@ -14,10 +14,11 @@ import pytest
 
 from trainmem import estimate
 from trainmem.catalogs import presets
-from trainmem.errors import FieldError
 from trainmem.inventory import build_inventory
 from trainmem.models import architecture_from_hf_config
 from trainmem.setup import Setup
+
+from config_refusals import refused
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs_2026b"
 SMALL = dict(vocab_size=512, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
@@ -26,11 +27,6 @@ FALCON_H1 = {"model_type": "falcon_h1", **SMALL, "mamba_d_ssm": 128, "mamba_n_he
              "mamba_chunk_size": 32}
 
 
-def refused(config: dict, field: str, message: str) -> None:
-    """The reader refuses ``config`` in one FieldError naming ``field``."""
-    with pytest.raises(FieldError, match=message) as error:
-        architecture_from_hf_config(config)
-    assert error.value.field == field
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda path: path.stem)

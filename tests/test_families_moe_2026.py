@@ -21,15 +21,13 @@ from trainmem.lora_targets import resolve_lora_targets
 from trainmem.models import architecture_from_hf_config, family_for
 from trainmem.setup import LoRAConfig, Setup
 
+from config_refusals import refused
+
 CONFIGS = Path(__file__).parent / "data" / "hf_configs_moe_2026"
 SMALL = dict(vocab_size=512, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=32, head_dim=16)
 
 
-def refused(config: dict, field: str, message: str) -> None:
-    with pytest.raises(FieldError, match=message) as error:
-        architecture_from_hf_config(config)
-    assert error.value.field == field
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda path: path.stem)
