@@ -49,9 +49,21 @@ def post_training_cases(case: Any, models: dict[str, Any]) -> list[dict[str, Any
                  {"mode": "grpo", "num_generations": 2, "max_prompt_length": 64, "max_completion_length": 128,
                   "beta": 0.04}, batch=2, seq=128,
                  description="GRPO with beta 0.04: a reference copy and its log-prob pass; longer completions."),
+        trl_case("trl-grpo-llama14m-fp32-beta004-it2-lp8-ref4-b1x8-p64-c64", LLAMA_14M,
+                 {"mode": "grpo", "num_generations": 2, "max_prompt_length": 64, "max_completion_length": 64,
+                  "beta": 0.04, "num_iterations": 2, "log_prob_micro_batch_size": 8, "ref_log_prob_micro_batch_size": 4},
+                 batch=1, seq=128, accumulation=8,
+                 description="GRPO with the old policy's log-probs (num_iterations 2) in forwards of 8 completions and the "
+                             "reference's in forwards of 4, against the update's 1 (verl's log_prob_micro_batch_size_per_gpu): "
+                             "the old-policy pass peaks."),
         trl_case("trl-grpo-llama14m-fp32-beta0-g8-b8-p32-c32", LLAMA_14M,
                  {"mode": "grpo", "num_generations": 8, "max_prompt_length": 32, "max_completion_length": 32},
                  batch=8, seq=128, description="GRPO, 8 generations per prompt, 8 completions per micro-batch."),
+        trl_case("trl-rloo-llama14m-fp32-g2-b2-p64-c64", LLAMA_14M,
+                 {"mode": "rloo", "num_generations": 2, "max_prompt_length": 64, "max_completion_length": 64},
+                 batch=2, seq=128,
+                 description="RLOO: the old policy's log-probs are always recomputed (RLOOTrainer), and with beta 0.05 "
+                             "a reference copy's too, before the update."),
         trl_case("trl-kto-llama14m-fp32-b2-s256", LLAMA_14M, {"mode": "kto"}, batch=2, seq=256,
                  description="KTO: the policy's no-grad forward of the KL batch (mismatched completions), then its "
                              "forward, the reference's KL and batch forwards under no_grad (KTOTrainer)."),

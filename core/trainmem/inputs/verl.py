@@ -65,6 +65,7 @@ def read_verl(rec: Recorder) -> None:
     read_strategy(rec)
     read_rollout(rec)
     read_log_prob_head(rec)
+    read_log_prob_passes(rec)
     read_not_modelled(rec)
     rec.notes.append(
         f"{rec.file}: trainmem simulates the actor's step as TRL 1.16's GRPO program (generation, the reference's "
@@ -526,9 +527,50 @@ NOT_MODELLED = {
     f"{ACTOR}.freeze_vision_tower": ((False,), "a frozen vision tower: assumed a text model"),
     f"{ACTOR}.use_remove_padding": ((False, True), "follows model.use_remove_padding"),
     f"{ACTOR}.ulysses_sequence_parallel_size": ((1,), "Ulysses sequence parallelism: assumed every rank holds whole rows"),
-    f"{REF}.log_prob_micro_batch_size_per_gpu": ((), "the reference's log-prob micro-batch: trainmem runs that pass in chunks of the update's micro-batch"),
-    f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": ((), "the old policy's log-prob micro-batch: trainmem runs that pass in chunks of the update's micro-batch"),
 }
+
+
+def read_log_prob_passes(rec: Recorder) -> None:
+    """The no-grad passes before the update (verl 0.9.1 ``RayPPOTrainer.fit``): the old policy's log-probs, always
+    recomputed (``_compute_old_log_prob``) unless ``algorithm.rollout_correction.bypass_mode``, and the
+    reference's; each in forwards of its own micro-batch (``engine_workers.py``: ``infer_micro_batch_size_per_gpu``
+    = ``rollout.log_prob_micro_batch_size_per_gpu``, the reference's ``ref.log_prob_micro_batch_size_per_gpu``), or
+    with ``log_prob_use_dynamic_bsz`` (default: the actor's ``use_dynamic_bsz``) up to
+    ``log_prob_max_token_len_per_gpu`` tokens (default: the actor's ``ppo_max_token_len_per_gpu``, 16384)."""
+    bypass_key = "algorithm.rollout_correction.bypass_mode"
+    bypass = boolean(rec, bypass_key, False)
+    if rec.has(bypass_key):
+        rec.set(bypass_key, "training.old_log_probs", not bypass,
+                "the rollout's log-probs stand in for the old policy's: no recompute" if bypass else "the old policy's log-probs are recomputed")
+    else:
+        rec.default("training.old_log_probs", True, f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", f"{VERL_VERSION} (old log-probs recomputed)")
+    prompt = number(rec, "data.max_prompt_length", 512)
+    response = number(rec, "data.max_response_length", 512)
+    actor_dynamic = boolean(rec, f"{ACTOR}.use_dynamic_bsz", False)
+    actor_tokens = number(rec, f"{ACTOR}.ppo_max_token_len_per_gpu", 16384)
+    for section, field, what in ((ROLLOUT, "training.log_prob_micro_batch_size", "the old policy's"),
+                                 (REF, "training.ref_log_prob_micro_batch_size", "the reference's")):
+        micro_key = f"{section}.log_prob_micro_batch_size_per_gpu"
+        dynamic_key = f"{section}.log_prob_use_dynamic_bsz"
+        tokens_key = f"{section}.log_prob_max_token_len_per_gpu"
+        dynamic = boolean(rec, dynamic_key, actor_dynamic)
+        if dynamic:
+            tokens = number(rec, tokens_key, actor_tokens)
+            rows = max(1, tokens // (prompt + response))
+            source = tokens_key if rec.has(tokens_key) else dynamic_key if rec.has(dynamic_key) else f"{ACTOR}.use_dynamic_bsz"
+            rec.set(source, field, rows, f"{what} log-prob pass: {tokens:,} tokens per forward ÷ {prompt + response:,} tokens per row")
+            for key in (dynamic_key, tokens_key, micro_key):
+                if rec.has(key) and key != source:
+                    rec.modelled(key, field)
+            continue
+        rows = number(rec, micro_key)
+        if rows is not None:
+            rec.set(micro_key, field, rows, f"completions per forward of {what} log-prob pass on each GPU")
+        elif rec.has(micro_key):
+            rec.auto(micro_key, field, f"not set (null): {what} log-prob pass assumed in forwards of the update's micro-batch")
+        for key in (dynamic_key, tokens_key):
+            if rec.has(key):
+                rec.neutral(key, "dynamic batching off" if key == dynamic_key else "not used without dynamic batching")
 
 
 def read_not_modelled(rec: Recorder) -> None:

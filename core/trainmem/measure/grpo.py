@@ -9,7 +9,8 @@ them on one device with transformers' ``generate`` (``use_vllm=False``):
    ``min_new_tokens`` = ``max_completion_length`` (every completion at full length: the worst case);
 2. the reference's per-token log-probs (``beta > 0``) under ``torch.no_grad``, in chunks of
    ``micro_batch_size`` rows (``_get_per_token_logps_and_entropies``): a separate copy, or the PEFT
-   policy with adapters disabled; the old policy's (``num_iterations > 1``) the same way;
+   policy with adapters disabled; the old policy's (``training.phases.old_log_probs_recomputed``) the same way;
+   ``training.log_prob_micro_batch_size`` / ``ref_log_prob_micro_batch_size`` rows at a time when set (verl's);
 3. per micro-batch: the policy's forward with the fused head (``outputs=("log_probs", "entropy")``, labels
    -100 on the prompt), the clipped-ratio loss with advantages (random here; rewards are computed from
    text and cost no GPU memory) plus ``beta`` × the k3 KL estimate, normalised over the completion tokens
@@ -38,7 +39,11 @@ class GRPOStep(TrainingStep):
         self.prompt_tokens = training.resolved("max_prompt_length")
         self.completion_tokens = training.resolved("max_completion_length")
         self.beta = float(training.resolved("beta"))
-        self.old_policy = training.resolved("num_iterations") > 1
+        from ..training.phases import old_log_probs_recomputed
+
+        self.old_policy = old_log_probs_recomputed(training)
+        self.old_rows = training.resolved("log_prob_micro_batch_size") or setup.micro_batch_size
+        self.ref_rows = training.resolved("ref_log_prob_micro_batch_size") or setup.micro_batch_size
         self.quiet = False
         rows = setup.micro_batch_size * setup.gradient_accumulation_steps
         vocab = self._vocab_size()
@@ -75,11 +80,11 @@ class GRPOStep(TrainingStep):
         self._mark("forward", "generation")
         self.ids = self._generate()
         self._mark("forward", "log-prob passes")
-        self.old = self._log_probs(self.model, self.ids) if self.old_policy else None
+        self.old = self._log_probs(self.model, self.ids, self.old_rows) if self.old_policy else None
         self.ref = None
         if self.beta:
             with self._reference_context():
-                self.ref = self._log_probs(self.reference if self.reference is not None else self.model, self.ids)
+                self.ref = self._log_probs(self.reference if self.reference is not None else self.model, self.ids, self.ref_rows)
 
     def _loss_divisor(self) -> int:
         return 1  # the loss is normalised over the completion tokens of the whole generation batch
@@ -119,14 +124,15 @@ class GRPOStep(TrainingStep):
         labels[:, : -self.completion_tokens] = -100
         return labels
 
-    def _log_probs(self, module: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-        """``_get_per_token_logps_and_entropies`` under no_grad, in chunks of micro_batch_size rows."""
+    def _log_probs(self, module: torch.nn.Module, ids: torch.Tensor, rows: int) -> torch.Tensor:
+        """``_get_per_token_logps_and_entropies`` under no_grad, in chunks of ``rows`` rows (TRL: micro_batch_size;
+        verl: the pass's ``log_prob_micro_batch_size_per_gpu``)."""
         self.quiet = True
         chunks = []
         try:
             with torch.no_grad():
-                for start in range(0, ids.shape[0], self.setup.micro_batch_size):
-                    part = ids[start : start + self.setup.micro_batch_size]
+                for start in range(0, ids.shape[0], rows):
+                    part = ids[start : start + rows]
                     with self._autocast_context():
                         outputs = module(input_ids=part, labels=self._labels(part), use_cache=False, fused_lm_head=True)
                     chunks.append(outputs.log_probs[:, -self.completion_tokens :])

@@ -57,6 +57,9 @@ MODE_FIELDS = (
     "actor_optimizer_offload",
     "log_prob_head",
     "log_prob_entropy",
+    "old_log_probs",
+    "log_prob_micro_batch_size",
+    "ref_log_prob_micro_batch_size",
 )
 
 
@@ -174,6 +177,23 @@ class Training(FrozenModel):
     )
     log_prob_entropy: Optional[bool] = Field(
         default=None, description="grpo/rloo/ppo: the update computes the per-token entropy too (TRL: always; verl: entropy_coeff != 0)."
+    )
+
+    old_log_probs: Optional[bool] = Field(
+        default=None,
+        description="grpo/rloo/ppo: the old policy's log-probs are recomputed in a no-grad pass before the update "
+        "(None: the trainer's rule — TRL GRPO when num_iterations > 1 or with vLLM's importance-sampling correction, "
+        "TRL RLOO and verl always).",
+    )
+    log_prob_micro_batch_size: Optional[int] = Field(
+        default=None, ge=1, le=int(limits.MICRO_BATCH.maximum),
+        description="grpo/rloo/ppo: completions per forward of the old policy's log-prob pass (verl "
+        "rollout.log_prob_micro_batch_size_per_gpu; None: micro_batch_size, as TRL).",
+    )
+    ref_log_prob_micro_batch_size: Optional[int] = Field(
+        default=None, ge=1, le=int(limits.MICRO_BATCH.maximum),
+        description="grpo/rloo/ppo: completions per forward of the reference's log-prob pass (verl "
+        "ref.log_prob_micro_batch_size_per_gpu; None: micro_batch_size, as TRL).",
     )
 
     @model_validator(mode="after")

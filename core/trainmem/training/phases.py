@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..layers import LayerKernels, LayerShape
     from ..plan import Plan, Stage
     from ..setup import Setup
+    from .config import Training
     from ..timeline import MemoryAccount
 
 REFERENCE_DETAIL_COPY = "the reference model: a frozen copy of the weights in the policy's dtype (TRL create_model_from_path)"
@@ -114,11 +115,66 @@ def scored_fraction(plan: "Plan") -> float:
 
 
 def old_policy_pass(plan: "Plan") -> bool:
-    """GRPO computes the old policy's log-probs only when a generation batch is optimised more than once
-    (``gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0``, with TRL's default
-    steps_per_generation = gradient_accumulation_steps: num_iterations > 1)."""
+    """Whether the round recomputes the old policy's log-probs under no_grad (``training.old_log_probs``).
+
+    Its default is the trainer's rule: TRL 1.16's GRPOTrainer (``_generate_and_score_completions``) when a
+    generation batch is optimised more than once (``gradient_accumulation_steps % (steps_per_generation ×
+    num_iterations) != 0``; with TRL's default steps_per_generation = gradient_accumulation_steps:
+    num_iterations > 1) or when it generates with vLLM (``vllm_importance_sampling_correction``, default true);
+    RLOOTrainer always; verl 0.9.1 always (``RayPPOTrainer.fit``: ``_compute_old_log_prob`` unless
+    ``algorithm.rollout_correction.bypass_mode``): the modes table gives rloo and ppo true."""
+    return old_log_probs_recomputed(plan.setup.training)
+
+
+def old_log_probs_recomputed(training: "Training") -> bool:
+    """:func:`old_policy_pass` of a ``training`` section (the measured GRPO/PPO steps follow it too)."""
+    if not training.is_rl:
+        return False
+    recomputed = training.resolved("old_log_probs")
+    if recomputed is not None:
+        return bool(recomputed)
+    return training.resolved("num_iterations") > 1 or bool(training.resolved("use_vllm"))
+
+
+def log_prob_passes(plan: "Plan") -> list[tuple[str, int, bool]]:
+    """The RL round's no-grad passes before the update, in order: (label, rows per forward, entropy computed).
+
+    Rows per forward: ``training.log_prob_micro_batch_size`` / ``ref_log_prob_micro_batch_size`` (verl
+    ``rollout.log_prob_micro_batch_size_per_gpu`` / ``ref.log_prob_micro_batch_size_per_gpu``, the
+    ``infer_micro_batch_size_per_gpu`` of verl/workers/engine_workers.py), else the update's micro-batch (TRL
+    ``_get_per_token_logps_and_entropies(..., batch_size=per_device_train_batch_size)``). The old policy's pass
+    computes the entropy (verl's ``_compute_old_log_prob`` asks ``calculate_entropy=True``; TRL runs the
+    policy, whose fused head is patched with ``outputs=("log_probs", "entropy")``), and so does TRL's reference
+    when it is the PEFT policy with its adapters disabled; verl's reference (``calculate_entropy=False``) and
+    a separate TRL reference (``add_fused_lm_head`` with its default outputs) do not."""
+    from .verl_logits import uses_logits_head
+
     training = plan.setup.training
-    return training.is_rl and training.resolved("num_iterations") > 1
+    rows = plan.setup.micro_batch_size
+    passes = []
+    if old_policy_pass(plan):
+        passes.append(("old-policy log-probs", training.resolved("log_prob_micro_batch_size") or rows, True))
+    peft = _peft(plan)
+    if training.is_rl and training.has_reference(peft):
+        policy_head = not uses_logits_head(plan) and not training.reference_copy(peft)
+        passes.append(("reference log-probs", training.resolved("ref_log_prob_micro_batch_size") or rows, policy_head))
+    return passes
+
+
+def plan_with_rows(plan: "Plan", rows: int) -> "Plan":
+    """``plan`` with ``rows`` rows per forward (a no-grad pass over another micro-batch): a shallow copy whose
+    setup has that ``micro_batch_size`` and whose cached properties are computed again."""
+    if rows == plan.setup.micro_batch_size:
+        return plan
+    import copy
+    from functools import cached_property
+
+    view = copy.copy(plan)
+    for name, attribute in vars(type(plan)).items():
+        if isinstance(attribute, cached_property):
+            view.__dict__.pop(name, None)
+    view.setup = plan.setup.model_copy(update={"micro_batch_size": rows})
+    return view
 
 
 def reference_weight_bytes(plan: "Plan", stage: "Stage") -> int:
@@ -207,11 +263,15 @@ def record_generation_phases(plan: "Plan", account: "MemoryAccount") -> None:
         prompts = rounded_ids(plan, batch * prompt)
         transient[("activations", "generation: prompt ids")] = prompts
         account.record("generation (transformers generate)", "generation", 1, transient)
-    passes = [("old-policy log-probs", old_policy_pass(plan)), ("reference log-probs", training.has_reference(_peft(plan)))]
-    for label, runs in passes:
-        if runs:
-            account.details[("activations", "log-prob pass")] = f"{label}: " + REFERENCE_FORWARD_DETAIL.split(" while")[0]
-            account.record(label, "reference", 1, {("activations", "log-prob pass"): reference_forward_bytes(plan)})
+    for label, rows, entropy in log_prob_passes(plan):
+        outputs = ("log_probs", "entropy") if entropy else ("log_probs",)
+        nbytes = no_grad_forward_bytes(plan_with_rows(plan, rows), outputs)
+        key = ("activations", f"log-prob pass ({label.split()[0]})")
+        account.details[key] = (
+            f"{label}, {rows} rows per forward{' with the entropy' if entropy else ''}: "
+            + REFERENCE_FORWARD_DETAIL.split(" while")[0]
+        )
+        account.record(label, "reference", 1, {key: nbytes})
 
 
 def rounded_ids(plan: "Plan", count: int) -> int:
@@ -244,7 +304,7 @@ def no_grad_forward_bytes(plan: "Plan", outputs: tuple[str, ...] = ("log_probs",
     from .verl_logits import no_grad_log_prob_bytes, uses_logits_head
 
     if uses_logits_head(plan):
-        head = no_grad_log_prob_bytes(plan, shape.stream_tokens, stream)
+        head = no_grad_log_prob_bytes(plan, shape.stream_tokens, stream, "entropy" in outputs)
     else:
         head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan), outputs)
     return stream + _rotary_bytes(plan) + max(layers, head)

@@ -83,15 +83,15 @@ def trace_verl_log_prob_head(
     return _finish(tape, loss, parameter_grads_exist, x)
 
 
-def no_grad_log_prob_bytes(plan: "Plan", tokens: int, hidden_bytes: int) -> int:
+def no_grad_log_prob_bytes(plan: "Plan", tokens: int, hidden_bytes: int, entropy: bool) -> int:
     """A log-prob pass under no_grad with the logits head: the normed hidden states, the whole logits, the
-    per-token log-sum-exp and log-probs (fp32), and the entropy's softmax and product when it is computed."""
+    per-token log-sum-exp and log-probs (fp32), and the entropy's softmax and product when it is computed
+    (verl's old-policy pass: ``calculate_entropy=True``; the reference's: not)."""
     arch = plan.architecture
     element = DTYPE_BYTES[plan.precision.compute_weight_dtype or plan.precision.stream_dtype]
     vocab = arch.vocab_size // plan.parallel.tensor_parallel_size
     logits = tokens * vocab * element
-    entropy = 2 * logits if plan.setup.training.resolved("log_prob_entropy") else 0
-    return hidden_bytes + logits + tokens * 8 + entropy
+    return hidden_bytes + logits + tokens * 8 + (2 * logits if entropy else 0)
 
 
 def verl_logits_warning(plan: "Plan") -> list[str]:
