@@ -294,7 +294,12 @@ def reference_forward_bytes(plan: "Plan") -> int:
 
 def no_grad_forward_bytes(plan: "Plan", outputs: tuple[str, ...] = ("log_probs",)) -> int:
     """High-water bytes of one forward of the step's batch under no_grad with the fused head asked for
-    ``outputs`` (the reference's log-probs; KTO's KL pass of the policy): see :func:`reference_forward_bytes`."""
+    ``outputs`` (the reference's log-probs; KTO's KL pass of the policy): see :func:`reference_forward_bytes`.
+
+    The layers run with the model's ``inputs_embeds`` and rotary tables alive (locals of the base model's
+    forward); the head runs after that forward has returned, with only its output (the normed hidden states)
+    alive: measured, an old-policy pass of 8 rows whose fused head peaks (the corpus's
+    ``trl-grpo-...-lp8-ref4-...``) was one hidden state high when the head was added on top of them."""
     from ..simulate import _rotary_bytes
     from .fused_head import reference_head_forward_bytes
 
@@ -307,7 +312,7 @@ def no_grad_forward_bytes(plan: "Plan", outputs: tuple[str, ...] = ("log_probs",
         head = no_grad_log_prob_bytes(plan, shape.stream_tokens, stream, "entropy" in outputs)
     else:
         head = reference_head_forward_bytes(arch, shape, kernels, vocab, scored_fraction(plan), outputs)
-    return stream + _rotary_bytes(plan) + max(layers, head)
+    return max(stream + _rotary_bytes(plan) + layers, head)
 
 
 def no_grad_layers(plan: "Plan") -> tuple["LayerShape", "LayerKernels", int, int]:
