@@ -215,6 +215,11 @@ class LayerProgram:
             tape.release(product)
         return out
 
+    def final_norm(self, x: Sym, rows: int) -> Sym:
+        """The base model's last module before the head (``model.norm``); a hook for families that end otherwise
+        (Qwen4-Exp's ``hyper_connection_mixer``)."""
+        return self.norm(self.names.final_norm, x, rows, self.shape.hidden)
+
     # ------------------------------------------------------------------ linear layers
     def linear(
         self, module: str, x: Sym, in_features: int, out_features: int, bias: bool, saved_input: Optional[Sym] = None
@@ -875,8 +880,9 @@ def trace_layer(
 ) -> Trace:
     """Replay one decoder layer forward and backward."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_requires_grad)
     from .models import family_for
+
+    x = tape.new(shape.stream_tokens * shape.hidden * family_for(arch).residual_streams(arch), kernels.stream_dtype, input_requires_grad)
 
     out = family_for(arch).program()(arch, shape, kernels, trainability, tape).layer(x)
     forward_peak = tape.peak_live_bytes - x.nbytes

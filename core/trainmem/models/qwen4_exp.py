@@ -270,6 +270,16 @@ class Qwen4ExpText(Qwen3_5MoeText):
             tensors.append(ParameterTensor(f"{self.names.lm_head}.weight", "lm_head", (arch.vocab_size, h), (h, arch.vocab_size)))
         return tensors
 
+    def residual_streams(self, arch: Architecture) -> int:
+        return arch.hyper_connections.streams if arch.hyper_connections is not None else 1
+
+    def forward_locals_bytes(self, arch: Architecture, rows: int, seq: int, attention: str) -> list[tuple[str, int, str]]:
+        """The causal mask ``create_causal_mask`` builds once per forward with ``allow_is_causal_skip=False``:
+        (1, 1, s, s), boolean for SDPA (the additive float mask of eager in the stream's dtype is not modelled)."""
+        if not any(not kind.architecture.layer_linear_attention for kind in arch.layer_kinds()):
+            return []
+        return [("causal attention mask", seq * seq, "the boolean mask the QSA indexer's selection is and-ed into")]
+
     def program(self) -> type[LayerProgram]:
         from .qwen4_exp_program import Qwen4ExpProgram
 
