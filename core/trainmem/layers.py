@@ -378,7 +378,11 @@ class LayerProgram:
         tape = self.tape
         rotary_dim = self.arch.rotary_dim
         if rotary_dim != self.shape.head_dim:
-            q = q.view(q.numel // self.shape.head_dim * rotary_dim)
+            # q[..., :rotary_dim]: a view whose backward hands a gradient of q's full size on to q (and from it to
+            # the norm and the projection before it, whose parameter gradients follow)
+            part = q.view(q.numel // self.shape.head_dim * rotary_dim)
+            tape.record("slice", [], [q], [part])
+            q = part
         cos = Sym(self.shape.seq * rotary_dim, self.kernels.stream_dtype, False, "external")
         sin = Sym(self.shape.seq * rotary_dim, self.kernels.stream_dtype, False, "external")
         with_cos = tape.mul(q, cos)
