@@ -355,6 +355,9 @@ class Plan:
             for adapter in targets.adapters_of(group):
                 numel = adapter.numel_per_layer(tp, ep)
                 adapters.append((adapter.module, numel, count, kind))
+        if stage.has_head and self.inventory.head_linear_modules():  # Qwen4-Exp's final mixer (kind -1)
+            for adapter in targets.adapters_of(self.inventory.head_group()):
+                adapters.append((adapter.module, adapter.numel_per_layer(tp, ep), 1, -1))
         if stage.has_embedding and self.encoder is not None:  # the encoder's adapters (kind -1: not a decoder layer)
             encoder = with_encoder_layers(self.inventory, self.encoder).layer_groups[-1]
             for adapter in targets.adapters_of(encoder):
@@ -386,7 +389,8 @@ class Plan:
         if targets is None:
             return 0
         inventory = self.inventory if self.encoder is None else with_encoder_layers(self.inventory, self.encoder)
-        return sum(adapter.numel_per_layer(1, 1) * group.count for group in inventory.layer_groups for adapter in targets.adapters_of(group))
+        groups = [*inventory.layer_groups, inventory.head_group()] if inventory.head_linear_modules() else inventory.layer_groups
+        return sum(adapter.numel_per_layer(1, 1) * group.count for group in groups for adapter in targets.adapters_of(group))
 
     @cached_property
     def num_trainable_parameters(self) -> int:
