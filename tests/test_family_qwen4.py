@@ -69,8 +69,9 @@ def test_tiny_config_counts_and_layer_kinds():
 def test_the_indexer_gets_no_gradient_and_no_optimizer_state():
     plan = Plan(Setup.model_validate({"model": {"hf_config": TINY}}))
     indexer = [t for group in plan.inventory.layer_groups for t in group.tensors if ".indexer." in t.name]
-    assert {t.group for t in indexer} == {"unused"}
-    assert plan.num_trainable_parameters == TINY_PARAMETERS - sum(t.numel for t in indexer)
+    assert {t.group for t in indexer} == {"no_gradient"}
+    assert plan.num_trainable_parameters == TINY_PARAMETERS  # requires_grad, as PyTorch counts them
+    assert not any(plan.tensor_trains(t) for t in indexer)  # but no gradient, no optimizer state
 
 
 def test_the_layers_carry_hc_count_streams():

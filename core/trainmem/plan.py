@@ -218,7 +218,7 @@ class Plan:
     def tensor_trains(self, tensor: ParameterTensor, layer_index: Optional[int] = None) -> bool:
         """Whether a base-model tensor trains (LoRA/QLoRA freeze the whole base, but for the copies of
         ``modules_to_save``)."""
-        if tensor.group == "unused":  # on no path to the loss (models/vision_encoders.py): no gradient
+        if tensor.group in ("unused", "no_gradient"):  # on no path to the loss (models/vision_encoders.py): no gradient
             return False
         if self.lora:
             return tensor.name in self.saved_module_tensors
@@ -407,7 +407,8 @@ class Plan:
         count += sum(t.numel for t in inventory.head if self.tensor_trains(t) or t.group == "unused")
         for group in inventory.layer_groups:
             trainable_layers = sum(1 for i in group.indices if self.layer_trains(i))
-            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t))
+            # "no_gradient": requires_grad, but no gradient reaches it (Qwen4-Exp's QSA indexer)
+            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t) or t.group == "no_gradient")
         return count
 
     # ------------------------------------------------------------------ bytes of model states

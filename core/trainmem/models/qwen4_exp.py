@@ -20,7 +20,7 @@ checkpoint is the ``qwen4_exp`` wrapper (``Qwen4ExpForConditionalGeneration``), 
 * RoPE: Qwen3.5's interleaved multimodal RoPE, ``partial_rotary_factor`` defaults to 1.0 here (the class
   leaves ``rope_parameters`` without one; the checkpoint sets 0.25).
 
-The indexer's parameters get no gradient (its output is a boolean mask): group ``unused``.
+The indexer's parameters get no gradient (its output is a boolean mask): group ``no_gradient``.
 PEFT has no default LoRA targets and no MoE conversion for ``qwen4_exp_text``: ``all-linear`` adapts the
 ``nn.Linear`` modules (the indexer's ``index_qk_proj`` and the hyper-connection linears included).
 """
@@ -58,8 +58,9 @@ MAX_NGRAM_VOCAB_BASE = 1 << 40
 MAX_NGRAM_HEADS = 1024
 MAX_NGRAM_TABLES = 1 << 14
 """Bounds that keep the prime search of the n-gram tables (hyper_connections.ngram_rows) short."""
-UNUSED = "unused"
-"""The group of the indexer's parameters: on no path to the loss, no gradient (plan.tensor_trains)."""
+UNUSED = "no_gradient"
+"""The group of the indexer's parameters: ``requires_grad``, but on no path to the loss, so no gradient and no
+optimizer state (plan.tensor_trains); counted among the trainable parameters, as ``requires_grad`` counts them."""
 
 
 @dataclass(frozen=True)
