@@ -391,9 +391,10 @@ def test_missing_fields_take_the_transformers_class_defaults(model_type):
     defaults.pop("transformers_version", None)
     try:
         ours = architecture_from_hf_config({"model_type": model_type})
-    except FieldError as error:  # the class default holds a block trainmem refuses (Nemotron-H's MoE "E")
-        assert "not modelled yet" in str(error)
-        with pytest.raises(FieldError, match="not modelled yet"):
+    except FieldError as error:  # the class default holds a block trainmem refuses (Nemotron-H's MoE "E"), or one
+        # transformers cannot build (Qwen4-Exp's attention layers without the QSA indexer's sizes)
+        assert "not modelled yet" in str(error) or "cannot build" in str(error)
+        with pytest.raises(FieldError, match="not modelled yet|cannot build"):
             architecture_from_hf_config({k: v for k, v in defaults.items() if v is not None or k == "model_type"})
         return
     theirs = architecture_from_hf_config({k: v for k, v in defaults.items() if v is not None or k == "model_type"})

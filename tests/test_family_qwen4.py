@@ -109,6 +109,8 @@ def test_preset_and_hub_id():
         ({"output_gate_type": "tanh"}, "output_gate_type"),
         ({"layer_types": ["linear_attention"] * 3 + ["sliding_attention"]}, "layer_types"),
         ({"ngram_vocab_size_base": 1 << 50}, "ngram_vocab_size_base"),
+        ({k: None for k in ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget",
+                            "indexer_compress_ratio")}, "indexer_n_heads"),  # transformers cannot build it either
     ],
 )
 def test_bad_fields_are_refused_in_one_line_naming_the_field(change, field):

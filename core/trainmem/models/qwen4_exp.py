@@ -230,6 +230,13 @@ class Qwen4ExpText(Qwen3_5MoeText):
         common = common_decoder_fields(fields, self.defaults)
         layer_types = read_layer_types(fields, common["num_hidden_layers"])
         hc = read_hyper_connections(fields, common["hidden_size"])
+        if not hc.indexer_heads and "indexed_attention" in layer_types:
+            raise fields.fail(
+                "indexer_n_heads",
+                "required with indexed_attention layers: transformers 5.24 builds the QSA indexer on every attention "
+                "layer and cannot build it without indexer_n_heads, indexer_kv_heads, indexer_head_dim, indexer_budget "
+                "and indexer_compress_ratio (Qwen4ExpTextQSAIndexer)",
+            )
         ple_layers = read_ple_layers(fields, hc, layer_types)
         bias = fields.boolean("attention_bias", False)
         common.update(self.moe_fields(fields))
