@@ -28,7 +28,6 @@ PEFT has no default LoRA targets and no MoE conversion for ``qwen4_exp_text``: `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from ..architecture import Architecture
 from ..hyper_connections import HyperConnections
@@ -297,10 +296,3 @@ class Qwen4ExpText(Qwen3_5MoeText):
 def _as_qwen3_next(kind: str) -> str:
     return "linear_attention" if kind == "linear_attention" else "full_attention"
 
-
-def ple_layer_numel(arch: Architecture) -> Optional[int]:
-    """Elements of the n-gram tables of every PLE layer (the bulk of the released checkpoint: 51.2 B)."""
-    hc = arch.hyper_connections
-    if hc is None:
-        return None
-    return sum(hc.ngram_rows(i) * hc.ngram_head_dim for i in range(len(arch.ple_layers)))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..layers import LayerProgram
 from ..tape import Sym
 from .qwen3_5 import Qwen3_5Program
 
@@ -145,12 +144,12 @@ class Qwen4ExpProgram(Qwen3_5Program):
         attention call. Under autocast ``index_qk_proj``'s weight cast is cached until the region exits."""
         tape, shape, hc = self.tape, self.shape, self.hc
         masks = shape.batch * shape.seq * shape.kv_seq
-        if not hc.indexer_heads:
+        if not hc.indexer_heads:  # refused by the reader on attention layers: kept for explicit architectures
             return tape.new(0, "bool", False)
         width = (hc.indexer_heads + 1) * hc.indexer_head_dim
         weight = self.module_parameter(f"{self.names.indexer}.index_qk_proj", "weight", shape.hidden * width)
         x_in = tape.autocast_input("linear", x)
-        w_in = tape.autocast_input("linear", weight)
+        tape.autocast_input("linear", weight)  # the weight's cast: cached (it requires grad) until autocast exits
         qk = tape.new(shape.tokens * width, x_in.dtype, False)
         if x_in is not x:
             tape.release(x_in)
@@ -161,7 +160,6 @@ class Qwen4ExpProgram(Qwen3_5Program):
         tape.release(qk, selected)
         combined = tape.new(masks, "bool", False)  # attention_mask & selected_token_mask
         tape.release(scattered)
-        del w_in
         return combined
 
     # ------------------------------------------------------------------ Gated DeltaNet: the output gate
@@ -264,5 +262,3 @@ class Qwen4ExpProgram(Qwen3_5Program):
         tape.release(conv)
         return activated
 
-
-__all__ = ["Qwen4ExpProgram", "LayerProgram"]
