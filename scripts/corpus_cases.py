@@ -133,6 +133,14 @@ QWEN3_5_MOE_SMALL = {"model_type": "qwen3_5_moe_text", **{k: v for k, v in FAMIL
                      "linear_num_value_heads": 8, "linear_key_head_dim": 32, "linear_value_head_dim": 32,
                      "moe_intermediate_size": 128, "shared_expert_intermediate_size": 256, "num_experts": 4,
                      "num_experts_per_tok": 2}
+# Qwen4-Exp scaled down: Qwen3.5-MoE's hybrid (three Gated DeltaNet layers, one indexed attention layer) with four
+# hyper-connection streams, a PLE layer (layer 2, 2..3-grams, 4 hashed tables of ~1000 rows) and the QSA indexer.
+QWEN4_EXP_SMALL = {**{k: v for k, v in QWEN3_5_MOE_SMALL.items() if k != "model_type"}, "model_type": "qwen4_exp_text",
+                   "hc_count": 4, "hc_lowrank": 32, "ple_layer_ids": [2], "ple_embed_dim": 128, "ngram_size": 3,
+                   "heads_per_ngram": 2, "ngram_vocab_size_base": 1000, "make_ngram_vocab_size_divisible_by": 128,
+                   "indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 32, "indexer_budget": 64,
+                   "indexer_compress_ratio": 4, "output_gate_type": "sigmoid",
+                   "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25}}
 COHERE_SMALL = {"model_type": "cohere", **FAMILY_COMMON, **IDS}
 # Granite 4.0 scaled down: Mamba-2 layers and one attention layer without RoPE ("nope"), each followed by a MoE
 # (Granite's top-k router) with a fused shared MLP; Granite's four multipliers. The dense variant (H Micro's layout)
@@ -690,6 +698,15 @@ CASES: list[dict[str, Any]] = [
     case("qwen3_5moe-small-ampbf16-adamw-b2-s256", QWEN3_5_MOE_SMALL, batch=2, seq=256, precision="amp-bf16"),
     case("qwen3_5moe-small-bf16-adamw-b2-s512-fake", QWEN3_5_MOE_SMALL, batch=2, seq=512, precision="bf16-pure",
          fake=True, description="On fake tensors (AMP on fake tensors fails in _grouped_mm's dtype check on CPU)."),
+    # ---------------------------------------------------------------- hyper-connected hybrid (Qwen4-Exp)
+    case("qwen4exp-small-fp32-adamw-b2-s128", QWEN4_EXP_SMALL, batch=2, seq=128,
+         description="Qwen4-Exp: four hyper-connection streams, PLE n-gram embedding, QSA indexer, Gated DeltaNet, MoE."),
+    case("qwen4exp-small-ampbf16-adamw-b2-s128", QWEN4_EXP_SMALL, batch=2, seq=128, precision="amp-bf16"),
+    case("qwen4exp-small-ampbf16-adamw-ckpt-b2-s128", QWEN4_EXP_SMALL, batch=2, seq=128, precision="amp-bf16",
+         checkpointing="full"),
+    case("qwen4exp-small-bf16-lora-all-b2-s128", QWEN4_EXP_SMALL, batch=2, seq=128, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: the nn.Linear modules, the indexer's and the hyper-connections' included."),
     # ---------------------------------------------------------------- Mamba-2 hybrids (Granite 4.0)
     case("granite4-small-fp32-adamw-b2-s256", GRANITE4_SMALL, batch=2, seq=256,
          description="Granite 4.0 hybrid: Mamba-2 (torch SSD scan, chunk 64) and NoPE attention, MoE with a shared MLP."),

@@ -49,6 +49,7 @@ PUBLISHED_COUNTS = {
     "gpt-oss-120b": 116_829_156_672,  # card: 117B
     "qwen3-next-80b-a3b": 79_674_391_296,  # card: 80B (3B active)
     "qwen3.5-35b-a3b": 34_660_610_688,  # card: 35B with the vision tower (not counted); shapes: Qwen3_5MoeTextConfig defaults (its docstring: "Qwen3.5-35B-A3B style") = THUDM/slime scripts/models/qwen3.5-35B-A3B.sh
+    "qwen4-exp": 176_943_899_520,  # transformers 5.24 on the meta device (tests/data/qwen4_exp_config.json); 51.2B of it the layer-2 PLE table
     "command-r": 34_980_831_232,  # card: 35B
     "falcon-7b": 6_921_720_704,  # card: 7B
     "falcon-40b": 41_303_293_952,  # card: 40B

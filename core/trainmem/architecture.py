@@ -17,6 +17,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import FrozenModel
 from .disentangled import DisentangledAttention
+from .hyper_connections import HyperConnections
 from .state_space import Mamba2Mixer
 from .errors import FieldError
 from .tasks import TaskKind
@@ -273,6 +274,16 @@ class Architecture(FrozenModel):
     text_tower: Optional[TextTower] = Field(
         default=None, description="CLIP / SigLIP dual encoders: the text tower the contrastive task trains (text_tower.py)."
     )
+    # ---- hyper-connections and per-layer n-gram embeddings (hyper_connections.py, models/qwen4_exp.py)
+    hyper_connections: Optional[HyperConnections] = Field(
+        default=None, description="Qwen4-Exp: hc_count residual streams, PLE and QSA sizes; None for one stream."
+    )
+    ple_layers: tuple[NonNegativeInt, ...] = Field(
+        default=(), description="Layers (zero-indexed) with a per-layer n-gram embedding (Qwen4-Exp's ple_layer_ids)."
+    )
+    layer_ple_index: Optional[NonNegativeInt] = Field(
+        default=None, description="Set on a PLE layer kind (see layer_kinds): its position in ple_layers."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
@@ -382,22 +393,26 @@ class Architecture(FrozenModel):
         linear = frozenset(self.linear_attention_layers)
         bare_first = not self.first_layer_attention_norm
         mlp_only = frozenset(self.mlp_only_layers)
-        if not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first and not mlp_only:
+        ple = {layer: position for position, layer in enumerate(self.ple_layers)}
+        if (not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first
+                and not mlp_only and not ple):
             return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
         dense, nope = frozenset(self.dense_layers), frozenset(self.nope_layers)
-        signatures: dict[tuple[bool, bool, bool, bool, bool, bool], list[int]] = {}
+        signatures: dict[tuple[bool, bool, bool, bool, bool, bool, Optional[int]], list[int]] = {}
         for index in range(self.num_hidden_layers):
             signature = (
-                index in dense, index in nope, index in sliding, index in linear, bare_first and index == 0, index in mlp_only
+                index in dense, index in nope, index in sliding, index in linear, bare_first and index == 0, index in mlp_only,
+                ple.get(index),
             )
             signatures.setdefault(signature, []).append(index)
         base = {
             "dense_layers": (), "dense_intermediate_size": None, "nope_layers": (), "sliding_layers": (),
-            "linear_attention_layers": (), "mlp_only_layers": (),
+            "linear_attention_layers": (), "mlp_only_layers": (), "ple_layers": (),
         }
         kinds = []
-        for (is_dense, is_nope, is_sliding, is_linear, is_bare, is_mlp_only), indices in signatures.items():
+        for (is_dense, is_nope, is_sliding, is_linear, is_bare, is_mlp_only, ple_index), indices in signatures.items():
             update = dict(base)
+            update["layer_ple_index"] = ple_index
             update["layer_mlp_only"] = is_mlp_only
             update["layer_attention_norm"] = not is_bare
             update["layer_sliding"] = is_sliding

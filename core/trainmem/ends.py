@@ -67,6 +67,9 @@ def trace_embedding(
     dropped = tape.dropout(out, arch.embedding_dropout)
     if dropped is not out and arch.position_embedding == "learned":
         tape.release(out)  # the sum is not saved by dropout
+    streams = family_for(arch).residual_streams(arch)
+    if streams > 1:  # hidden_states.repeat(1, 1, hc_count) (Qwen4-Exp): inputs_embeds stays referenced too
+        dropped = tape.copy(dropped, dropped.numel * streams)
     saved = tape.saved_bytes(("activation",))
     return replay(tape, [dropped], tape.peak_live_bytes, tape.live_bytes() - saved, False, parameter_grads_exist)
 
@@ -170,8 +173,8 @@ def _tape_through_final_norm(
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
     program = _program(arch, shape, kernels, trainability, tape)
     tokens, h = shape.stream_tokens, shape.hidden
-    x = tape.new(tokens * h, kernels.stream_dtype, True)
-    normed = program.norm(program.names.final_norm, x, tokens, h)
+    x = tape.new(tokens * h * program.family.residual_streams(arch), kernels.stream_dtype, True)
+    normed = program.final_norm(x, tokens)
     tape.release(x)
     return tape, x, normed
 

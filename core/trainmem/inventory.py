@@ -83,7 +83,18 @@ class ModelInventory:
             for tensor in group.tensors:
                 if tensor.linear_features is not None:
                     seen.setdefault(tensor.name, tensor)
+        for tensor in self.head_linear_modules():
+            seen.setdefault(tensor.name, tensor)
         return list(seen.values())
+
+    def head_linear_modules(self) -> list[ParameterTensor]:
+        """``nn.Linear`` weights of the base model's last module before the head (group ``norms``: Qwen4-Exp's
+        ``hyper_connection_mixer``), which PEFT's ``all-linear`` adapts; the output head itself it leaves out."""
+        return [t for t in self.head if t.linear_features is not None and t.group == "norms"]
+
+    def head_group(self) -> LayerGroup:
+        """The head's tensors as a one-layer group (for the LoRA adapters of :meth:`head_linear_modules`)."""
+        return LayerGroup(self.layer_groups[0].architecture, tuple(self.head_linear_modules()), (0,))
 
 
 def build_inventory(arch: Architecture) -> ModelInventory:

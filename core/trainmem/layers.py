@@ -215,6 +215,11 @@ class LayerProgram:
             tape.release(product)
         return out
 
+    def final_norm(self, x: Sym, rows: int) -> Sym:
+        """The base model's last module before the head (``model.norm``); a hook for families that end otherwise
+        (Qwen4-Exp's ``hyper_connection_mixer``)."""
+        return self.norm(self.names.final_norm, x, rows, self.shape.hidden)
+
     # ------------------------------------------------------------------ linear layers
     def linear(
         self, module: str, x: Sym, in_features: int, out_features: int, bias: bool, saved_input: Optional[Sym] = None
@@ -373,7 +378,11 @@ class LayerProgram:
         tape = self.tape
         rotary_dim = self.arch.rotary_dim
         if rotary_dim != self.shape.head_dim:
-            q = q.view(q.numel // self.shape.head_dim * rotary_dim)
+            # q[..., :rotary_dim]: a view whose backward hands a gradient of q's full size on to q (and from it to
+            # the norm and the projection before it, whose parameter gradients follow)
+            part = q.view(q.numel // self.shape.head_dim * rotary_dim)
+            tape.record("slice", [], [q], [part])
+            q = part
         cos = Sym(self.shape.seq * rotary_dim, self.kernels.stream_dtype, False, "external")
         sin = Sym(self.shape.seq * rotary_dim, self.kernels.stream_dtype, False, "external")
         with_cos = tape.mul(q, cos)
@@ -875,8 +884,9 @@ def trace_layer(
 ) -> Trace:
     """Replay one decoder layer forward and backward."""
     tape = Tape(device=kernels.device, autocast=kernels.autocast)
-    x = tape.new(shape.stream_tokens * shape.hidden, kernels.stream_dtype, input_requires_grad)
     from .models import family_for
+
+    x = tape.new(shape.stream_tokens * shape.hidden * family_for(arch).residual_streams(arch), kernels.stream_dtype, input_requires_grad)
 
     out = family_for(arch).program()(arch, shape, kernels, trainability, tape).layer(x)
     forward_peak = tape.peak_live_bytes - x.nbytes

@@ -218,7 +218,7 @@ class Plan:
     def tensor_trains(self, tensor: ParameterTensor, layer_index: Optional[int] = None) -> bool:
         """Whether a base-model tensor trains (LoRA/QLoRA freeze the whole base, but for the copies of
         ``modules_to_save``)."""
-        if tensor.group == "unused":  # on no path to the loss (models/vision_encoders.py): no gradient
+        if tensor.group in ("unused", "no_gradient"):  # on no path to the loss (models/vision_encoders.py): no gradient
             return False
         if self.lora:
             return tensor.name in self.saved_module_tensors
@@ -355,6 +355,9 @@ class Plan:
             for adapter in targets.adapters_of(group):
                 numel = adapter.numel_per_layer(tp, ep)
                 adapters.append((adapter.module, numel, count, kind))
+        if stage.has_head and self.inventory.head_linear_modules():  # Qwen4-Exp's final mixer (kind -1)
+            for adapter in targets.adapters_of(self.inventory.head_group()):
+                adapters.append((adapter.module, adapter.numel_per_layer(tp, ep), 1, -1))
         if stage.has_embedding and self.encoder is not None:  # the encoder's adapters (kind -1: not a decoder layer)
             encoder = with_encoder_layers(self.inventory, self.encoder).layer_groups[-1]
             for adapter in targets.adapters_of(encoder):
@@ -386,7 +389,8 @@ class Plan:
         if targets is None:
             return 0
         inventory = self.inventory if self.encoder is None else with_encoder_layers(self.inventory, self.encoder)
-        return sum(adapter.numel_per_layer(1, 1) * group.count for group in inventory.layer_groups for adapter in targets.adapters_of(group))
+        groups = [*inventory.layer_groups, inventory.head_group()] if inventory.head_linear_modules() else inventory.layer_groups
+        return sum(adapter.numel_per_layer(1, 1) * group.count for group in groups for adapter in targets.adapters_of(group))
 
     @cached_property
     def num_trainable_parameters(self) -> int:
@@ -403,7 +407,8 @@ class Plan:
         count += sum(t.numel for t in inventory.head if self.tensor_trains(t) or t.group == "unused")
         for group in inventory.layer_groups:
             trainable_layers = sum(1 for i in group.indices if self.layer_trains(i))
-            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t))
+            # "no_gradient": requires_grad, but no gradient reaches it (Qwen4-Exp's QSA indexer)
+            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t) or t.group == "no_gradient")
         return count
 
     # ------------------------------------------------------------------ bytes of model states

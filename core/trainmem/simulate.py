@@ -802,7 +802,8 @@ def _micro_batch(
         for kind, layer in states.gathered_layer_weights.items()
     }
     stream = rounded(
-        _shape(plan).stream_tokens * plan.architecture.hidden_size * DTYPE_BYTES[plan.precision.stream_dtype],
+        _shape(plan).stream_tokens * plan.architecture.hidden_size * plan.family.residual_streams(plan.architecture)
+        * DTYPE_BYTES[plan.precision.stream_dtype],
         plan.device,
     )
     recompute = checkpointing == "full"

@@ -55,6 +55,7 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "qwen3_next": ("qwen3_next", "Qwen3Next"),
     "qwen3_5_text": ("qwen3_5", "Qwen3_5Text"),
     "qwen3_5_moe_text": ("qwen3_5", "Qwen3_5MoeText"),
+    "qwen4_exp_text": ("qwen4_exp", "Qwen4ExpText"),
     "cohere": ("cohere", "Cohere"),
     "granitemoehybrid": ("granitemoehybrid", "GraniteMoeHybrid"),
     "nemotron_h": ("nemotron_h", "NemotronH"),
@@ -137,6 +138,7 @@ MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
     "qwen2_5_vl": "qwen2",
     "qwen3_5": "qwen3_5_text",
     "qwen3_5_moe": "qwen3_5_moe_text",
+    "qwen4_exp": "qwen4_exp_text",
     "idefics3": "llama",
     "smolvlm": "llama",
 }

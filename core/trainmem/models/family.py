@@ -105,6 +105,11 @@ class DecoderFamily:
         that runs (``simulate.attention_kernel``). None by default."""
         return []
 
+    def residual_streams(self, arch: Architecture) -> int:
+        """Copies of the hidden state the residual stream between layers holds side by side (Qwen4-Exp's
+        hyper-connections: ``hc_count``); the layers' input and output are (tokens, streams · hidden). 1 by default."""
+        return 1
+
     def layer_buffer_numels(self, arch: Architecture) -> list[int]:
         """Elements of the non-persistent floating-point buffers the decoder registers besides the rotary
         embedding's, one entry per buffer (cast with the model's dtype). None by default; Falcon-H1 keeps one
