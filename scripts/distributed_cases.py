@@ -246,6 +246,41 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
 ]
 
 
+LORA = {"method": "lora", "lora": {"r": 16}}
+"""PEFT LoRA with its default targets for Llama (q_proj, v_proj), r 16, as the multi-GPU fine-tunes run it."""
+
+DISTRIBUTED_CASES += [
+    case("ddp-llama-7m-fp32-lora-w2", "DDP, fp32, LoRA r16 (peft's default targets)", {"strategy": "ddp"}, finetuning=LORA),
+    case(
+        "fsdp2-llama-7m-fp32-lora-w2",
+        "FSDP2 on a PEFT model (fully_shard per decoder layer and the root, as accelerate's FSDP2 path), fp32, LoRA r16",
+        FSDP,
+        finetuning=LORA,
+    ),
+    case(
+        "fsdp2-llama-7m-mixed-bf16-lora-w2",
+        "FSDP2 on a PEFT model, MixedPrecisionPolicy(bf16, reduce fp32), LoRA r16",
+        FSDP_MIXED,
+        "bf16-mixed",
+        finetuning=LORA,
+    ),
+    case(
+        "fsdp1-llama-7m-fp32-lora-w2",
+        "FSDP1 FULL_SHARD, use_orig_params, fp32, LoRA r16 (frozen base and adapters in one FlatParameter per layer)",
+        {"strategy": "fsdp", "fsdp_version": 1},
+        finetuning=LORA,
+    ),
+    case("zero2-llama-7m-bf16-lora-w2", "DeepSpeed ZeRO-2, bf16, LoRA r16", zero(2), "bf16-master-weights", finetuning=LORA),
+    case("zero3-llama-7m-bf16-lora-w2", "DeepSpeed ZeRO-3, bf16, LoRA r16", zero(3), "bf16-master-weights", finetuning=LORA),
+    case(
+        "zero3-llama-7m-bf16-ckpt-w2",
+        "DeepSpeed ZeRO-3, bf16, full activation checkpointing",
+        zero(3),
+        "bf16-master-weights",
+        activation_checkpointing="full",
+    ),
+]
+
 OUTSIDE_THE_CORPUS: list[dict[str, Any]] = []
 """Cases measured with ``--only ID --output FILE`` and kept out of the corpus (none today: FSDP1's CPU offload,
 ``fsdp1-llama-7m-fp32-offload-w2``, joined the corpus once its CPU-only device side was modelled)."""
