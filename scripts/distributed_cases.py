@@ -273,6 +273,12 @@ DISTRIBUTED_CASES += [
     case("zero2-llama-7m-bf16-lora-w2", "DeepSpeed ZeRO-2, bf16, LoRA r16", zero(2), "bf16-master-weights", finetuning=LORA),
     case("zero3-llama-7m-bf16-lora-w2", "DeepSpeed ZeRO-3, bf16, LoRA r16", zero(3), "bf16-master-weights", finetuning=LORA),
     case(
+        "fsdp2-tp-dtensor-sp-llama-7m-fp32-w4",
+        "torchtitan's 2-D recipe on 4 ranks as 2 x 2: DTensor TP with SequenceParallel inside, FSDP2 (fully_shard per "
+        "decoder layer and the root) over the data-parallel dimension, fp32",
+        {**FSDP, "num_gpus": 4, **TP, "sequence_parallel": True},
+    ),
+    case(
         "zero3-llama-7m-bf16-ckpt-w2",
         "DeepSpeed ZeRO-3, bf16, full activation checkpointing",
         zero(3),

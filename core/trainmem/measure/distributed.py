@@ -63,12 +63,13 @@ def check_distributed(setup: Setup) -> None:
     if parallel.pipeline_parallel_size > 1 or parallel.context_parallel_size > 1 or parallel.expert_parallel_size > 1:
         problems.append("pipeline, context or expert parallelism")
     if parallel.tensor_parallel_size > 1:
-        if parallel.tensor_parallel_size != parallel.num_gpus:
-            problems.append("tensor parallelism combined with data parallelism")
+        two_d = parallel.strategy == "fsdp" and parallel.fsdp_version == 2  # torchtitan's FSDP2 + TP
+        if parallel.tensor_parallel_size != parallel.num_gpus and not two_d:
+            problems.append("tensor parallelism combined with data parallelism (measured: FSDP2 outside TP)")
         if parallel.tensor_parallel_flavor != "dtensor":
             problems.append("parallelism.tensor_parallel_flavor 'megatron' (measured: 'dtensor')")
-        if parallel.strategy != "ddp":
-            problems.append("tensor parallelism with a sharded data-parallel strategy")
+        if parallel.strategy not in ("ddp", "fsdp") or parallel.strategy == "fsdp" and not two_d:
+            problems.append("tensor parallelism with a sharded data-parallel strategy other than FSDP2")
     if setup.finetuning.method not in ("full", "lora"):
         problems.append(f"finetuning.method {setup.finetuning.method!r} (measured: full, lora)")
     if setup.finetuning.method == "lora" and (setup.finetuning.lora.use_dora or setup.finetuning.lora.modules_to_save):
