@@ -176,3 +176,23 @@ def test_a_two_rank_fsdp1_lora_run_gets_gradients_of_the_whole_flat_parameter():
     assert abs(compare(heaviest, report).relative_error) <= 0.05
     update = heaviest.timeline.labels.index("optimizer")
     assert heaviest.timeline.gradients[update] > heaviest.num_trainable_parameters * 4  # the frozen weights' too
+
+
+def test_the_distributed_measurement_replays_lora_and_fsdp2_with_tp_and_names_what_it_cannot():
+    from trainmem.measure.distributed import check_distributed
+    from trainmem.setup import Setup
+
+    def setup(**fields):
+        return Setup.model_validate({"model": {"hf_config": TINY_LLAMA}, "runtime": {"device": "cpu"}, **fields})
+
+    lora = {"method": "lora", "lora": {"r": 8}}
+    check_distributed(setup(parallelism={"num_gpus": 2, "strategy": "fsdp"}, finetuning=lora))
+    check_distributed(setup(parallelism={"num_gpus": 2, "strategy": "zero", "zero_stage": 3}, finetuning=lora))
+    two_d = {"num_gpus": 4, "strategy": "fsdp", "tensor_parallel_size": 2, "tensor_parallel_flavor": "dtensor"}
+    check_distributed(setup(parallelism={**two_d, "sequence_parallel": True}))
+    with pytest.raises(ValueError, match="finetuning.method 'qlora'"):
+        check_distributed(setup(parallelism={"num_gpus": 2, "strategy": "ddp"}, finetuning={"method": "qlora"}))
+    with pytest.raises(ValueError, match="LoRA under tensor parallelism"):
+        check_distributed(setup(parallelism={**two_d, "sequence_parallel": True}, finetuning=lora))
+    with pytest.raises(ValueError, match="other than FSDP2"):
+        check_distributed(setup(parallelism={**two_d, "fsdp_version": 1, "sequence_parallel": True}))

@@ -56,7 +56,7 @@ def test_lora_ranks_meet_the_gate(measurement):
 
 
 def test_the_distributed_corpus_covers_every_framework():
-    assert {m.framework for m in CORPUS} == {"ddp", "fsdp1", "fsdp2", "dtensor-tp", "deepspeed", "pipelining"}
+    assert {m.framework for m in CORPUS} == {"ddp", "fsdp1", "fsdp2", "dtensor-tp", "fsdp2-tp", "deepspeed", "pipelining"}
     assert all(m.world_size == m.setup.parallelism.num_gpus and 0 <= m.rank < m.world_size for m in CORPUS)
     assert all(m.environment.distributed_backend == "gloo" for m in CORPUS)
 
