@@ -18,7 +18,9 @@ DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_para
 small reduce buckets. Pipeline parallelism with ``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2
 and 4 micro-batches, fp32 and bf16, 2 and 4 ranks) and interleaved 1F1B with 2 stages per rank (2 ranks, and
 4 ranks of an 8-layer Llama with 4 and 8 micro-batches). FSDP1 with ``CPUOffload``; DTensor TP + SequenceParallel
-with foreach AdamW; FSDP2 and ZeRO-2 on the single-device corpus's small qwen3_moe and granitemoehybrid.
+with foreach AdamW; FSDP2 and ZeRO-2 on the single-device corpus's small qwen3_moe and granitemoehybrid. PEFT LoRA
+(peft's default q_proj/v_proj, r 16) under DDP, FSDP1, FSDP2 (also with MixedPrecisionPolicy) and ZeRO-2/3 in bf16;
+ZeRO-3 with checkpointing; FSDP2 outside DTensor TP + SequenceParallel on 4 ranks as 2 x 2 (torchtitan's 2-D recipe).
 """
 
 from __future__ import annotations

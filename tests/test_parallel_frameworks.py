@@ -318,3 +318,13 @@ def test_the_cli_names_the_optimizer_field_for_dtensor_tp_with_foreach(tmp_path,
     assert main(["estimate", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("trainmem: error: optimizer.implementation: 'foreach' cannot run")
+
+
+def test_fsdp2_outside_dtensor_tp_is_not_refused_a_foreach_optimizer():
+    """fully_shard makes the norms DTensors too, so torch.optim's lists are not mixed."""
+    setup = {
+        "model": {"hf_config": LLAMA},
+        "optimizer": {"name": "adamw", "implementation": "foreach"},
+        "parallelism": {"num_gpus": 4, "strategy": "fsdp", "tensor_parallel_size": 2, "tensor_parallel_flavor": "dtensor"},
+    }
+    assert trainmem.estimate(setup, suggestions=False).peak_allocated_bytes > 0

@@ -15,10 +15,15 @@ tensor parallel   DTensor: ``parallelize_module`` with torchtitan's Llama plan (
                   ``ColwiseParallel(output_layouts=Replicate())``); with ``sequence_parallel``
                   the norms are ``SequenceParallel`` and the activations between blocks are
                   sharded on the sequence
+fsdp + tensor     torchtitan's 2-D recipe (``FSDP2TP``): the TP plan on the ``tp`` dimension of a
+parallel          (dp, tp) mesh, then ``fully_shard`` per decoder layer and on the root over ``dp``
 zero              ``deepspeed.initialize(model, optimizer=<the setup's torch optimizer>,
                   config={zero_optimization: {stage}, bf16: {enabled}})`` on DeepSpeed's CPU
                   accelerator (``DS_ACCELERATOR=cpu``; gloo)
 ================  ==========================================================================
+
+With ``finetuning.method == "lora"`` the model each framework wraps is the PEFT model
+(:func:`~trainmem.measure.hf_model.build_model`), and the optimizer gets its trainable parameters only.
 
 :class:`Framework` also names the storages it owns (:meth:`Framework.owned_tensors`), by the
 attribute that holds them, so that a measurement reports e.g. DeepSpeed's

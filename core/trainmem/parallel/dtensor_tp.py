@@ -95,7 +95,9 @@ def check_optimizer_over_mixed_tensors(setup: object) -> None:
     device: measured on 2 gloo ranks with torch 2.13 (AdamW ``foreach=True`` and ``fused=True`` both raise, the
     for-loop runs), and on CUDA foreach is ``torch.optim``'s default (DTensor is in ``_foreach_supported_types``),
     as others hit it there (NVIDIA-NeMo/RL#151, cornstarch-org/Cornstarch#87). With ``SequenceParallel`` every
-    parameter is a DTensor and foreach runs (measured: ``tp-dtensor-sp-llama-7m-fp32-foreach-w2``).
+    parameter is a DTensor and foreach runs (measured: ``tp-dtensor-sp-llama-7m-fp32-foreach-w2``), and so it is under
+    FSDP2, whose ``fully_shard`` turns every parameter into a DTensor on the data-parallel (or 2-D) mesh (from the
+    source, ``_fsdp_param.py``; not measured with foreach).
     bitsandbytes' optimizers (quantized or paged states) step tensor by tensor and are not refused here."""
     from ..catalogs import optimizers
     from ..errors import FieldError
@@ -103,6 +105,8 @@ def check_optimizer_over_mixed_tensors(setup: object) -> None:
     parallel = setup.parallelism  # type: ignore[attr-defined]
     if parallel.tensor_parallel_size == 1 or parallel.tensor_parallel_flavor != "dtensor" or parallel.sequence_parallel:
         return
+    if parallel.strategy == "fsdp" and parallel.fsdp_version == 2:
+        return  # fully_shard makes every parameter, the norms too, a DTensor (FSDPParam.sharded_param)
     optimizer = setup.optimizer  # type: ignore[attr-defined]
     kind = optimizers().get(optimizer.name)
     if kind is None or kind.quantized_state_bits or kind.paged:
