@@ -18,7 +18,9 @@ DeepSpeed ZeRO-3 under ``zero.Init``, with gradient accumulation, ``offload_para
 small reduce buckets. Pipeline parallelism with ``torch.distributed.pipelining`` (``pp-*``): GPipe, 1F1B (2
 and 4 micro-batches, fp32 and bf16, 2 and 4 ranks) and interleaved 1F1B with 2 stages per rank (2 ranks, and
 4 ranks of an 8-layer Llama with 4 and 8 micro-batches). FSDP1 with ``CPUOffload``; DTensor TP + SequenceParallel
-with foreach AdamW; FSDP2 and ZeRO-2 on the single-device corpus's small qwen3_moe and granitemoehybrid.
+with foreach AdamW; FSDP2 and ZeRO-2 on the single-device corpus's small qwen3_moe and granitemoehybrid. PEFT LoRA
+(peft's default q_proj/v_proj, r 16) under DDP, FSDP1, FSDP2 (also with MixedPrecisionPolicy) and ZeRO-2/3 in bf16;
+ZeRO-3 with checkpointing; FSDP2 outside DTensor TP + SequenceParallel on 4 ranks as 2 x 2 (torchtitan's 2-D recipe).
 """
 
 from __future__ import annotations
@@ -245,6 +247,47 @@ DISTRIBUTED_CASES: list[dict[str, Any]] = [
     ),
 ]
 
+
+LORA = {"method": "lora", "lora": {"r": 16}}
+"""PEFT LoRA with its default targets for Llama (q_proj, v_proj), r 16, as the multi-GPU fine-tunes run it."""
+
+DISTRIBUTED_CASES += [
+    case("ddp-llama-7m-fp32-lora-w2", "DDP, fp32, LoRA r16 (peft's default targets)", {"strategy": "ddp"}, finetuning=LORA),
+    case(
+        "fsdp2-llama-7m-fp32-lora-w2",
+        "FSDP2 on a PEFT model (fully_shard per decoder layer and the root, as accelerate's FSDP2 path), fp32, LoRA r16",
+        FSDP,
+        finetuning=LORA,
+    ),
+    case(
+        "fsdp2-llama-7m-mixed-bf16-lora-w2",
+        "FSDP2 on a PEFT model, MixedPrecisionPolicy(bf16, reduce fp32), LoRA r16",
+        FSDP_MIXED,
+        "bf16-mixed",
+        finetuning=LORA,
+    ),
+    case(
+        "fsdp1-llama-7m-fp32-lora-w2",
+        "FSDP1 FULL_SHARD, use_orig_params, fp32, LoRA r16 (frozen base and adapters in one FlatParameter per layer)",
+        {"strategy": "fsdp", "fsdp_version": 1},
+        finetuning=LORA,
+    ),
+    case("zero2-llama-7m-bf16-lora-w2", "DeepSpeed ZeRO-2, bf16, LoRA r16", zero(2), "bf16-master-weights", finetuning=LORA),
+    case("zero3-llama-7m-bf16-lora-w2", "DeepSpeed ZeRO-3, bf16, LoRA r16", zero(3), "bf16-master-weights", finetuning=LORA),
+    case(
+        "fsdp2-tp-dtensor-sp-llama-7m-fp32-w4",
+        "torchtitan's 2-D recipe on 4 ranks as 2 x 2: DTensor TP with SequenceParallel inside, FSDP2 (fully_shard per "
+        "decoder layer and the root) over the data-parallel dimension, fp32",
+        {**FSDP, "num_gpus": 4, **TP, "sequence_parallel": True},
+    ),
+    case(
+        "zero3-llama-7m-bf16-ckpt-w2",
+        "DeepSpeed ZeRO-3, bf16, full activation checkpointing",
+        zero(3),
+        "bf16-master-weights",
+        activation_checkpointing="full",
+    ),
+]
 
 OUTSIDE_THE_CORPUS: list[dict[str, Any]] = []
 """Cases measured with ``--only ID --output FILE`` and kept out of the corpus (none today: FSDP1's CPU offload,

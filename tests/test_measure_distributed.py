@@ -143,3 +143,56 @@ def test_deepspeed_zero_on_one_rank_is_measured_through_deepspeed():
     assert not _one_rank_zero({**base, "parallelism": {"num_gpus": 1, "strategy": "zero", "zero_stage": 0}})
     with pytest.raises(ValueError, match="num_gpus"):
         check_distributed(Setup.model_validate({**base, "parallelism": {"num_gpus": 1, "strategy": "ddp"}}))
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_two_rank_fsdp1_lora_run_gets_gradients_of_the_whole_flat_parameter():
+    """PEFT LoRA under FSDP1 (use_orig_params): the distributed measurement builds the PEFT model, records its
+    trainable count and resolved targets, and the ranks hold a gradient shard of every layer's whole FlatParameter
+    (trainmem.parallel.fsdp.computes_frozen_gradients), as the estimate says."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    import trainmem
+    from trainmem.measure.distributed import measure_distributed
+    from trainmem.validate import compare
+
+    setup = {
+        "model": {"hf_config": {**TINY_LLAMA, "tie_word_embeddings": False}},
+        "micro_batch_size": 2,
+        "sequence_length": 32,
+        "precision": "fp32",
+        "optimizer": {"name": "adamw", "implementation": "for-loop"},
+        "parallelism": {"num_gpus": 2, "strategy": "fsdp", "fsdp_version": 1},
+        "finetuning": {"method": "lora", "lora": {"r": 8}},
+        "runtime": {"device": "cpu"},
+    }
+    ranks = measure_distributed(setup, case_id="tiny-fsdp1-lora")
+    heaviest = max(ranks, key=lambda m: m.peak_allocated_bytes)
+    assert heaviest.num_trainable_parameters < heaviest.num_parameters // 10
+    assert heaviest.setup.finetuning.lora.target_modules == ["q_proj", "v_proj"]
+    report = trainmem.estimate(heaviest.setup, suggestions=False)
+    assert report.num_trainable_parameters == heaviest.num_trainable_parameters
+    assert abs(compare(heaviest, report).relative_error) <= 0.05
+    update = heaviest.timeline.labels.index("optimizer")
+    assert heaviest.timeline.gradients[update] > heaviest.num_trainable_parameters * 4  # the frozen weights' too
+
+
+def test_the_distributed_measurement_replays_lora_and_fsdp2_with_tp_and_names_what_it_cannot():
+    from trainmem.measure.distributed import check_distributed
+    from trainmem.setup import Setup
+
+    def setup(**fields):
+        return Setup.model_validate({"model": {"hf_config": TINY_LLAMA}, "runtime": {"device": "cpu"}, **fields})
+
+    lora = {"method": "lora", "lora": {"r": 8}}
+    check_distributed(setup(parallelism={"num_gpus": 2, "strategy": "fsdp"}, finetuning=lora))
+    check_distributed(setup(parallelism={"num_gpus": 2, "strategy": "zero", "zero_stage": 3}, finetuning=lora))
+    two_d = {"num_gpus": 4, "strategy": "fsdp", "tensor_parallel_size": 2, "tensor_parallel_flavor": "dtensor"}
+    check_distributed(setup(parallelism={**two_d, "sequence_parallel": True}))
+    with pytest.raises(ValueError, match="finetuning.method 'qlora'"):
+        check_distributed(setup(parallelism={"num_gpus": 2, "strategy": "ddp"}, finetuning={"method": "qlora"}))
+    with pytest.raises(ValueError, match="LoRA under tensor parallelism"):
+        check_distributed(setup(parallelism={**two_d, "sequence_parallel": True}, finetuning=lora))
+    with pytest.raises(ValueError, match="other than FSDP2"):
+        check_distributed(setup(parallelism={**two_d, "fsdp_version": 1, "sequence_parallel": True}))

@@ -102,7 +102,7 @@ def trace_loss_head(
         normed, tokens = gathered, shape.tokens
     weight = Sym(vocab_per_rank * h, kernels.weight_dtype, _head_trains(arch, trainability), "parameter")
     bias = Sym(vocab_per_rank, kernels.weight_dtype, weight.requires_grad, "parameter") if arch.lm_head_bias else None
-    logits = tape.linear(normed, weight, vocab_per_rank, bias)
+    logits = tape.linear(normed, weight, vocab_per_rank, bias, saves_input=kernels.linear_saves_input)
     tape.release(normed)
     if gathered_vocab:
         local = logits

@@ -115,6 +115,9 @@ class LayerKernels:
     """Sequence parallelism as DTensor runs it (``PrepareModuleInput`` to ``Replicate``): the column-parallel
     linears save the all-gathered input, where Megatron's save the sequence shard and all-gather it again in
     backward (trainmem.parallel.dtensor_tp)."""
+    linear_saves_input: bool = False
+    """DeepSpeed ZeRO-3's ``LinearFunctionForZeroStage3``: every linear saves its input, frozen or not
+    (trainmem.parallel.deepspeed.linear_saves_input)."""
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,7 @@ class LayerProgram:
         elif self.kernels.fp8_matmuls:
             result = tape.fp8_linear(x, weight, out_features, bias_param, saved_input)
         else:
-            result = tape.linear(x, weight, out_features, bias_param, saved_input)
+            result = tape.linear(x, weight, out_features, bias_param, saved_input, saves_input=self.kernels.linear_saves_input)
         if not self.trainability.has_adapter(module):
             return result
         if saved_input is not None and saved_input is not x:

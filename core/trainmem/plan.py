@@ -423,5 +423,8 @@ class Plan:
 
     @property
     def adapter_dtype(self) -> str:
-        """PEFT keeps adapters in fp32 when the base is 16-bit (``autocast_adapter_dtype=True``)."""
-        return "fp32"
+        """PEFT keeps adapters in fp32 when the base is 16-bit (``autocast_adapter_dtype=True``); DeepSpeed's bf16/fp16
+        engine casts them back (``trainmem.parallel.deepspeed.casts_adapters``)."""
+        from .parallel import deepspeed
+
+        return self.precision.compute_weight_dtype if deepspeed.casts_adapters(self) else "fp32"

@@ -952,6 +952,9 @@ class Setup(StrictModel):
         from .encoder_decoder.checks import check_encoder_decoder_setup
 
         check_encoder_decoder_setup(self, architecture)
+        from .parallel.dtensor_tp import check_optimizer_over_mixed_tensors
+
+        check_optimizer_over_mixed_tensors(self)
         if self.pipeline_and_accumulation_mismatch():
             raise FieldError(
                 "gradient_accumulation_steps",

@@ -141,13 +141,14 @@ def _kernels(plan: Plan, selective: bool) -> LayerKernels:
         stream_dtype=precision.stream_dtype,
         attention=attention_kernel(plan),
         selective_recompute=selective,
-        adapter_dtype=plan.adapter_dtype,
+        adapter_dtype=precision.compute_weight_dtype if fsdp.casts_adapters_for_compute(plan) else plan.adapter_dtype,
         lora_rank=plan.finetuning.lora.r if plan.lora else 0,
         lora_dropout=plan.finetuning.lora.lora_dropout if plan.lora else 0.0,
         use_dora=plan.lora and plan.finetuning.lora.use_dora,
         quantized_compute_dtype=quant.compute_dtype if plan.quantized_base else None,
         fp8_matmuls=precision.fp8_matmuls,
         saves_gathered_sequence=dtensor_tp.saves_gathered_sequence(plan),
+        linear_saves_input=deepspeed.linear_saves_input(plan),
     )
 
 
@@ -194,18 +195,21 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
     runs = plan.stage_layer_runs(stage)
     first_kind = runs[0][2] if runs else None
     kinds: dict[int, _LayerTraces] = {}
+    layer_trainability, layer_key = trainability, plan.trainability_key
+    if fsdp.computes_frozen_gradients(plan):  # FSDP1: the frozen base of a mixed unit is a view that requires grad
+        layer_trainability, layer_key = Trainability(lambda module: True, plan.has_adapter), ("fsdp1 unit", layer_key)
     for position, group, _ in plan.stage_layer_groups(stage):
         kind_arch, kind_shape = group.architecture, _shape(plan, group.architecture)
-        kind_key = (kind_arch, kind_shape, kernels, plan.trainability_key, grads_exist)
+        kind_key = (kind_arch, kind_shape, kernels, layer_key, grads_exist)
         layer = _cached(
             ("layer", kind_key, True),
-            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, True, grads_exist),
+            lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, layer_trainability, True, grads_exist),
         )
         first = layer
         if position == first_kind and not first_input_grad:
             first = _cached(
                 ("layer", kind_key, False),
-                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, trainability, False, grads_exist),
+                lambda a=kind_arch, sh=kind_shape: trace_layer(a, sh, kernels, layer_trainability, False, grads_exist),
             )
         no_grad = None
         if checkpointing == "full":
@@ -357,20 +361,24 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     trainable = [s for s in slices if s.trainable]
     trainable_numel = sum(s.total_numel for s in trainable) + adapter_numel
     stored_grad_bytes = DTYPE_BYTES["fp32"] if plan.lora else grad_bytes
-    adapter_grad_bytes = DTYPE_BYTES["fp32"] if plan.lora else grad_bytes
+    adapter_grad_bytes = DTYPE_BYTES[plan.adapter_dtype] if plan.lora else grad_bytes
     if plan.lora:
         stored_grad_bytes = grad_bytes  # the base's trained tensors: PEFT's modules_to_save copies
     gradients_per_layer: dict[int, int] = {}
     gathered_per_layer: dict[int, int] = {}
-    for kind, _, layers in plan.stage_layer_groups(stage):
+    for kind, group, layers in plan.stage_layer_groups(stage):
         layer_trainable = sum(s.total_numel for s in trainable if s.kind == kind) * stored_grad_bytes
         layer_trainable += sum(per_layer * count for _, per_layer, count, k in adapters if k == kind) * adapter_grad_bytes
         gradients_per_layer[kind] = layer_trainable // layers // sharding.gradients
         # One layer's tensors, each once (a tensor trainable in some layers and frozen in others has two slices).
         layer_tensors = {s.tensor.name: s.numel for s in slices if s.kind == kind}
         gathered = sum(layer_tensors.values()) * compute_bytes
-        gathered += sum(per_layer * DTYPE_BYTES[plan.adapter_dtype] for _, per_layer, _, k in adapters if k == kind)
+        adapter_gathered_bytes = compute_bytes if fsdp.casts_adapters_for_compute(plan) else DTYPE_BYTES[plan.adapter_dtype]
+        gathered += sum(per_layer * adapter_gathered_bytes for _, per_layer, _, k in adapters if k == kind)
         gathered_per_layer[kind] = gathered
+        if fsdp.computes_frozen_gradients(plan):  # a gradient shard of the layer's whole FlatParameter
+            unit_numel = sum(numel for numel, _ in fsdp.unit_layout(plan, group))
+            gradients_per_layer[kind] = unit_numel * DTYPE_BYTES[precision.stored_weight_dtype] // sharding.gradients
     embedding_numel = sum(s.total_numel for s in trainable if not s.layer_scope and s.tensor.group == "embeddings")
     head_numel = sum(
         s.total_numel for s in trainable if not s.layer_scope and s.tensor.group not in ("embeddings", *VISION_GROUPS)
@@ -394,7 +402,7 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         stepped = sum(s.count for s in trainable) + per_adapter * sum(layers_ for _, _, layers_, _ in adapters)
         states += 4 * (1 if deepspeed.steps_flat_partition(plan) else stepped)  # one step counter per tensor stepped
     keeps_master = precision.master_weights or deepspeed.keeps_fp32_partition(plan)
-    master = trainable_numel * 4 // sharding.optimizer if keeps_master and not plan.lora else 0
+    master = trainable_numel * 4 // sharding.optimizer if keeps_master and (not plan.lora or deepspeed.casts_adapters(plan)) else 0
     temporaries = step_temporaries(
         plan.optimizer, plan.optimizer_implementation, tensors, state_dtype, sharding.optimizer
     )
@@ -403,6 +411,8 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
         temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, flat, state_dtype, 1)
     if fsdp.steps_flat_shard_views(plan):  # FSDP1: each parameter's view of the rank's FlatParameter chunk
         temporaries = _flat_shard_temporaries(plan, trainable, state_dtype)
+    if fsdp.computes_frozen_gradients(plan) and not base_tensors:  # FSDP1 + LoRA: the adapters' views on the rank
+        states, temporaries = _flat_shard_adapter_states(plan, stage, state_dtype)
     if plan.lora and base_tensors:
         ends = [s for s in trainable if not s.layer_scope]
         ordered = (
@@ -442,14 +452,14 @@ def model_states(plan: Plan, stage: Stage) -> ModelStates:
     if parallel.tensor_parallel_size > 1:
         detail += f", tensor parallel {parallel.tensor_parallel_size}"
     opt_detail = opt_detail_for(plan, state_dtype, sharding.optimizer)
+    gradients = (adapter_numel * adapter_grad_bytes + (trainable_numel - adapter_numel) * stored_grad_bytes) // sharding.gradients
+    if fsdp.computes_frozen_gradients(plan):  # every layer unit's gradient shard (the root holds no adapter)
+        gradients = sum(gradients_per_layer[kind] * layers for kind, _, layers in plan.stage_layer_groups(stage))
     return ModelStates(
         weights=weights,
         weights_detail=detail,
         adapters=adapter_bytes,
-        gradients=(
-            (adapter_numel * adapter_grad_bytes + (trainable_numel - adapter_numel) * stored_grad_bytes)
-            // sharding.gradients
-        ),
+        gradients=gradients,
         gradients_per_layer=gradients_per_layer,
         gradients_embedding=embedding_numel * grad_bytes // sharding.gradients,
         gradients_head=head_numel * grad_bytes // sharding.gradients,
@@ -513,6 +523,25 @@ def _flat_shard_temporaries(plan: Plan, trainable: list, state_dtype: str) -> St
         views = [TrainableTensor((numel,), s.count) for s, numel in zip(trainable, rank_views) if numel]
         rank_temporaries = step_temporaries(plan.optimizer, plan.optimizer_implementation, views, state_dtype, 1)
         heaviest = max(heaviest, rank_temporaries, key=lambda t: t.bytes)
+    return heaviest
+
+
+def _flat_shard_adapter_states(plan: Plan, stage: Stage, state_dtype: str) -> tuple[int, StepTemporaries]:
+    """FSDP1 + LoRA: the optimizer states (step counters included) and the step's temporaries on the rank whose
+    FlatParameter chunks hold the most adapter elements (trainmem.parallel.fsdp.adapter_views_per_rank); a rank
+    holding none of an adapter's elements has no state for it (its view's ``.grad`` is None)."""
+    kind = plan.optimizer
+    scalar = kind.scalar_state
+    counts_steps = scalar == "device" or (
+        scalar == "host_unless_fused" and (plan.device == "cpu" or plan.optimizer_implementation == "fused")
+    )
+    heaviest = (0, StepTemporaries(0, "updates in place"))
+    for views in fsdp.adapter_views_per_rank(plan, stage):
+        tensors = [TrainableTensor((numel,), count) for numel, count in views]
+        states = state_bytes(kind, tensors, state_dtype, plan.device)
+        states += 4 * sum(count for _, count in views) if counts_steps else 0
+        temporaries = step_temporaries(kind, plan.optimizer_implementation, tensors, state_dtype, 1)
+        heaviest = max(heaviest, (states, temporaries), key=lambda pair: (pair[0], pair[1].bytes))
     return heaviest
 
 
@@ -695,7 +724,13 @@ def _persistent_small_params(plan: Plan) -> int:
         group.count * sum(t.numel for t in group.tensors if t.numel < ZERO3_PERSISTENCE_THRESHOLD)
         for group in plan.inventory.layer_groups
     )
-    return small * compute
+    adapters = 0  # PEFT's lora_A and lora_B are parameters of their own, small ones among them
+    if plan.lora_targets is not None:
+        for group in plan.inventory.layer_groups:
+            for adapter in plan.lora_targets.adapters_of(group):
+                pair = (adapter.rank * adapter.in_features * adapter.experts, adapter.out_features * adapter.rank * adapter.experts)
+                adapters += group.count * sum(numel for numel in pair if numel < ZERO3_PERSISTENCE_THRESHOLD)
+    return small * compute + adapters * DTYPE_BYTES[plan.adapter_dtype]
 
 
 def _gathered_weights(plan: Plan, layer: int) -> tuple[int, str]:
@@ -884,7 +919,10 @@ def _micro_batch(
     if zero3_keeps:
         account.set("parameters", "persistent gathered parameters", 0)  # among the kept ones now
         account.set(
-            "parameters", "gathered embedding and head", fsdp.ends_bytes(plan, stage), deepspeed.ZERO3_KEPT_DETAIL
+            "parameters",
+            "gathered embedding and head",
+            fsdp.ends_bytes(plan, stage) - deepspeed.released_frozen_embedding_bytes(plan, stage),
+            deepspeed.ZERO3_KEPT_DETAIL,
         )
     if any(kept_by_kind.values()):
         account.details[("parameters", "unsharded layers kept for backward")] = (
@@ -1324,6 +1362,10 @@ def _optimizer_step(plan: Plan, states: ModelStates, account: MemoryAccount) -> 
     if deepspeed.frees_gradients_before_update(plan) or fsdp.keeps_reduced_shards_on_device(plan):
         account.set("gradients", "gradients", 0)  # (FSDP1 offload: the update reads the host _cpu_grad)
     persistent = account.get("parameters", "persistent gathered parameters") if deepspeed.releases_all_for_step(plan) else 0
+    if persistent and persistent > sum(extra.values()):
+        # a small update (LoRA): the step's high-water mark is its start, the persistent parameters still gathered
+        # (measured: zero3-llama-7m-bf16-lora-w2, the optimizer phase)
+        account.record("optimizer step start", "optimizer", 1)
     if persistent:  # ZeRO-3's step releases every gathered parameter and re-gathers the persistent ones after it
         account.set("parameters", "persistent gathered parameters", 0)
     account.record("optimizer step", "optimizer", 1, extra)

@@ -250,9 +250,10 @@ class Tape:
         saved_input: Optional[Sym] = None,
         in_features: Optional[int] = None,
         op: str = "linear",
+        saves_input: bool = False,
     ) -> Sym:
-        """``F.linear`` / ``addmm``: saves the (cast) input if the weight trains, the (cast) weight if
-        x needs grad. Under autocast the weight and the bias are cast (and cached, when they train).
+        """``F.linear`` / ``addmm``: saves the (cast) input if the weight trains (or, ``saves_input``, whenever
+        x needs grad: DeepSpeed ZeRO-3's linear), the (cast) weight if x needs grad. Under autocast the weight and the bias are cast (and cached, when they train).
         ``saved_input`` replaces the input among the saved tensors (sequence parallelism);
         ``in_features`` is given when ``weight`` stands for several matrices (stacked experts);
         ``op`` names the kernel for autocast (``grouped_mm`` is on no autocast list and runs as is)."""
@@ -268,7 +269,7 @@ class Tape:
         kept_input = x_in if saved_input is None or saved_input is x else saved_input
         self.record(
             "linear",
-            [kept_input if weight.requires_grad else None, w_in if x.requires_grad else None],
+            [kept_input if weight.requires_grad or saves_input and x.requires_grad else None, w_in if x.requires_grad else None],
             [x_in, w_in] + ([b_in] if b_in is not None else []),
             [out],
         )

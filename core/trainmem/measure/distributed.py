@@ -63,14 +63,19 @@ def check_distributed(setup: Setup) -> None:
     if parallel.pipeline_parallel_size > 1 or parallel.context_parallel_size > 1 or parallel.expert_parallel_size > 1:
         problems.append("pipeline, context or expert parallelism")
     if parallel.tensor_parallel_size > 1:
-        if parallel.tensor_parallel_size != parallel.num_gpus:
-            problems.append("tensor parallelism combined with data parallelism")
+        two_d = parallel.strategy == "fsdp" and parallel.fsdp_version == 2  # torchtitan's FSDP2 + TP
+        if parallel.tensor_parallel_size != parallel.num_gpus and not two_d:
+            problems.append("tensor parallelism combined with data parallelism (measured: FSDP2 outside TP)")
         if parallel.tensor_parallel_flavor != "dtensor":
             problems.append("parallelism.tensor_parallel_flavor 'megatron' (measured: 'dtensor')")
-        if parallel.strategy != "ddp":
-            problems.append("tensor parallelism with a sharded data-parallel strategy")
-    if setup.finetuning.method != "full":
-        problems.append(f"finetuning.method {setup.finetuning.method!r} (measured: full)")
+        if parallel.strategy not in ("ddp", "fsdp") or parallel.strategy == "fsdp" and not two_d:
+            problems.append("tensor parallelism with a sharded data-parallel strategy other than FSDP2")
+    if setup.finetuning.method not in ("full", "lora"):
+        problems.append(f"finetuning.method {setup.finetuning.method!r} (measured: full, lora)")
+    if setup.finetuning.method == "lora" and (setup.finetuning.lora.use_dora or setup.finetuning.lora.modules_to_save):
+        problems.append("finetuning.lora use_dora or modules_to_save (measured: plain LoRA adapters)")
+    if setup.finetuning.method == "lora" and parallel.tensor_parallel_size > 1:
+        problems.append("LoRA under tensor parallelism (peft's adapters are not in the DTensor plan)")
     if problems:
         raise ValueError("cannot measure this distributed setup: " + "; ".join(problems))
 
@@ -116,9 +121,9 @@ def _measure_rank(
     from .accounting import StepLog, account, rebased_at_first_mark
     from .events import MARK
     from .frameworks import FRAMEWORKS, framework_name, model_building_context
-    from .hf_model import base_model, build_model
+    from .hf_model import base_model, build_model, lora_adapter_dtype, lora_target_modules
     from .ranks import rank_measurement
-    from .runner import _quiet_libraries, default_case_id
+    from .runner import _embeddings_require_grad, _quiet_libraries, default_case_id
     from .step import AUTOCAST_DTYPES
     from .tracker import StorageTracker, tracking_storage_resizes
     from .transformers_compat import unpacked_batches
@@ -138,6 +143,10 @@ def _measure_rank(
                 model = build_model(setup, on_meta=False)
             # under zero.Init a parameter's own tensor is empty; ds_numel is its full size
             num_parameters = sum(getattr(parameter, "ds_numel", parameter.numel()) for parameter in model.parameters())
+            num_trainable = sum(
+                getattr(parameter, "ds_numel", parameter.numel()) for parameter in model.parameters() if parameter.requires_grad
+            )
+            lora_targets, adapter_dtype = lora_target_modules(model), lora_adapter_dtype(model)
             framework = FRAMEWORKS[name](setup, model, world_size)
             owned: dict[int, tuple[str, str]] = {}
             host: dict[int, str] = {}
@@ -184,7 +193,7 @@ def _measure_rank(
         tracker=tracker,
         accounting=account(log),
         optimizer=(framework.optimizer_class, framework.optimizer_kwargs, framework.optimizer_implementation),
-        input_embeddings_require_grad=True,
+        input_embeddings_require_grad=_embeddings_require_grad(setup),
         seed=seed,
         warmup_steps=warmup_steps,
         frameworks=_framework_versions(),
@@ -192,6 +201,8 @@ def _measure_rank(
         default_id=lambda replayed: f"{name}-{default_case_id(replayed, False)}-w{world_size}",
         description=description,
         num_parameters=num_parameters,
+        num_trainable_parameters=num_trainable,
+        lora=(lora_targets, adapter_dtype),
         notes=step.notes,
         framework=name,
         host_parts=dict(sorted(host_parts.items())),

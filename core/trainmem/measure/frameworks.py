@@ -15,10 +15,15 @@ tensor parallel   DTensor: ``parallelize_module`` with torchtitan's Llama plan (
                   ``ColwiseParallel(output_layouts=Replicate())``); with ``sequence_parallel``
                   the norms are ``SequenceParallel`` and the activations between blocks are
                   sharded on the sequence
+fsdp + tensor     torchtitan's 2-D recipe (``FSDP2TP``): the TP plan on the ``tp`` dimension of a
+parallel          (dp, tp) mesh, then ``fully_shard`` per decoder layer and on the root over ``dp``
 zero              ``deepspeed.initialize(model, optimizer=<the setup's torch optimizer>,
                   config={zero_optimization: {stage}, bf16: {enabled}})`` on DeepSpeed's CPU
                   accelerator (``DS_ACCELERATOR=cpu``; gloo)
 ================  ==========================================================================
+
+With ``finetuning.method == "lora"`` the model each framework wraps is the PEFT model
+(:func:`~trainmem.measure.hf_model.build_model`), and the optimizer gets its trainable parameters only.
 
 :class:`Framework` also names the storages it owns (:meth:`Framework.owned_tensors`), by the
 attribute that holds them, so that a measurement reports e.g. DeepSpeed's
@@ -44,7 +49,7 @@ def framework_name(setup: Setup) -> str:
     """Which framework a distributed setup runs: ddp, fsdp1, fsdp2, dtensor-tp or deepspeed."""
     parallel = setup.parallelism
     if parallel.tensor_parallel_size > 1:
-        return "dtensor-tp"
+        return "fsdp2-tp" if parallel.strategy == "fsdp" else "dtensor-tp"
     if parallel.strategy == "fsdp":
         return "fsdp1" if parallel.fsdp_version == 1 else "fsdp2"
     if parallel.strategy == "zero":
@@ -367,6 +372,13 @@ class DTensorTP(Framework):
 
     def wrap(self) -> None:
         from torch.distributed.device_mesh import init_device_mesh
+
+        self._apply_tp_plan(init_device_mesh("cpu", (self.world_size,)))
+        self.forward_module = self.model
+        self._torch_optimizer()
+
+    def _apply_tp_plan(self, mesh: Any) -> None:
+        """torchtitan's Llama plan over ``mesh`` (1-D: the tensor-parallel ranks)."""
         from torch.distributed.tensor import Replicate, Shard
         from torch.distributed.tensor.parallel import (
             ColwiseParallel,
@@ -376,7 +388,6 @@ class DTensorTP(Framework):
             parallelize_module,
         )
 
-        mesh = init_device_mesh("cpu", (self.world_size,))
         sequence_parallel = self.setup.parallelism.sequence_parallel
         hf = base_model(self.model)
         if sequence_parallel:
@@ -414,8 +425,6 @@ class DTensorTP(Framework):
         parallelize_module(hf, mesh, root_plan)
         for layer in decoder_layers(self.model):
             parallelize_module(layer, mesh, layer_plan)
-        self.forward_module = self.model
-        self._torch_optimizer()
 
     def training_step(self, batch: torch.Tensor) -> TrainingStep:
         step = super().training_step(batch)
@@ -424,6 +433,33 @@ class DTensorTP(Framework):
             # positions from that length, so the full positions are passed (as torchtitan does).
             step.forward_kwargs["position_ids"] = torch.arange(batch.shape[1]).unsqueeze(0)
         return step
+
+
+class FSDP2TP(DTensorTP):
+    """torchtitan's 2-D recipe: the DTensor TP plan on the inner ``tp`` dimension of a (dp, tp) mesh, then
+    ``fully_shard`` per decoder layer and on the root over the outer ``dp`` dimension (torchtitan's
+    ``parallelize_llama``: ``apply_tp`` before ``apply_fsdp``)."""
+
+    name = "fsdp2-tp"
+
+    def wrap(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        parallel = self.setup.parallelism
+        tp = parallel.tensor_parallel_size
+        mesh = init_device_mesh("cpu", (self.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+        self._apply_tp_plan(mesh["tp"])
+        options = {"mesh": mesh["dp"], "reshard_after_forward": parallel.fsdp_reshard_after_forward}
+        for layer in decoder_layers(self.model):
+            fully_shard(layer, **options)
+        fully_shard(self.model, **options)
+        self.forward_module = self.model
+        self._torch_optimizer()
+        FSDP2._label_collective_buffers(self)  # type: ignore[arg-type]
+
+    def owned_tensors(self) -> Owned:
+        return FSDP2.owned_tensors(self)  # type: ignore[arg-type]
 
 
 def deepspeed_config(setup: Setup) -> dict[str, Any]:
@@ -708,4 +744,6 @@ class DeepSpeedStep(TrainingStep):
         return [value for state in inner.state.values() for value in state.values() if isinstance(value, torch.Tensor)]
 
 
-FRAMEWORKS = {"ddp": DDP, "fsdp1": FSDP1, "fsdp2": FSDP2, "dtensor-tp": DTensorTP, "deepspeed": DeepSpeed}
+FRAMEWORKS = {
+    "ddp": DDP, "fsdp1": FSDP1, "fsdp2": FSDP2, "dtensor-tp": DTensorTP, "fsdp2-tp": FSDP2TP, "deepspeed": DeepSpeed,
+}

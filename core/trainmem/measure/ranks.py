@@ -113,6 +113,8 @@ def rank_measurement(
     notes: list[str],
     framework: str,
     host_parts: dict[str, int],
+    num_trainable_parameters: "int | None" = None,
+    lora: "tuple[list[str] | None, str | None]" = (None, None),
 ) -> Measurement:
     """One rank's Measurement. ``optimizer`` is (qualified class, kwargs, implementation) as built;
     the recorded setup is the one that ran (attention kernel as observed, optimizer implementation,
@@ -134,8 +136,10 @@ def rank_measurement(
         autocast_device="cpu" if autocast_dtype is not None else None,
         autocast_dtype=str(autocast_dtype).removeprefix("torch.") if autocast_dtype is not None else None,
         input_embeddings_require_grad=input_embeddings_require_grad,
+        lora_target_modules=lora[0],
+        lora_adapter_dtype=lora[1],
     )
-    replayed = _replayed_setup(setup, kernels, "cpu")  # full fine-tuning only: no LoRA targets to fill in
+    replayed = _replayed_setup(setup, kernels, "cpu")  # LoRA: peft's resolved target modules filled in
     environment = _environment(torch.device("cpu"), False, seed, warmup_steps)
     environment = environment.model_copy(update={"distributed_backend": "gloo", "frameworks": frameworks})
     return Measurement(
@@ -145,7 +149,7 @@ def rank_measurement(
         kernels=kernels,
         environment=environment,
         num_parameters=num_parameters,
-        num_trainable_parameters=num_parameters,
+        num_trainable_parameters=num_parameters if num_trainable_parameters is None else num_trainable_parameters,
         **accounting.measurement_fields(),
         untracked_input_bytes=tracker.untracked_input_bytes,
         notes=notes,

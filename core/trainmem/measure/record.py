@@ -214,7 +214,7 @@ class Measurement(FrozenModel):
     notes: list[str] = Field(default_factory=list)
     rank: int = Field(default=0, description="The rank this record measured (0 for a single process).")
     world_size: int = Field(default=1, description="Processes in the measured run.")
-    framework: Optional[Literal["ddp", "fsdp1", "fsdp2", "dtensor-tp", "deepspeed", "pipelining"]] = Field(
+    framework: Optional[Literal["ddp", "fsdp1", "fsdp2", "dtensor-tp", "fsdp2-tp", "deepspeed", "pipelining"]] = Field(
         default=None, description="The distributed framework that wrapped the model; None for a single process."
     )
     host_parts: dict[str, int] = Field(

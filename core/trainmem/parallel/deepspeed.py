@@ -30,7 +30,7 @@ from ..tape import DTYPE_BYTES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..layers import Trace
-    from ..plan import Plan
+    from ..plan import Plan, Stage
 
 
 def runs_zero(plan: "Plan") -> bool:
@@ -124,6 +124,36 @@ BUCKET_DETAIL_RESIDENT = "DeepSpeed ZeRO-3 reduce bucket, reduce_bucket_size ele
 BUCKET_DETAIL_BACKWARD = "DeepSpeed ZeRO-1/2 reduce bucket, reduce_bucket_size elements, allocated for each backward"
 
 
+def casts_adapters(plan: "Plan") -> bool:
+    """DeepSpeed's engine with ``bf16``/``fp16`` enabled casts every parameter of the module to that dtype, PEFT's
+    fp32 LoRA adapters too (``DeepSpeedEngine._configure_distributed_model`` -> ``_cast_module_mixed_precision``,
+    deepspeed/runtime/engine.py; buffers keep fp32), and ZeRO then keeps the fp32 copy of the rank's partition of the
+    trainable parameters, the adapters, like any model's (``single_partition_of_fp32_groups`` /
+    ``fp32_partitioned_groups_flat`` are built from the client optimizer's param groups: trainable tensors only).
+    Measured (``zero2-llama-7m-bf16-lora-w2``): bf16 adapters, an fp32 master partition of 28,672 adapter elements
+    per rank and one step counter (the flat partition)."""
+    parallel = plan.parallel
+    return (
+        plan.lora
+        and parallel.strategy == "zero"
+        and parallel.zero_stage >= 1
+        and plan.precision.compute_weight_dtype in ("bf16", "fp16")
+    )
+
+
+def linear_saves_input(plan: "Plan") -> bool:
+    """ZeRO-3 converts the model with ``zero.Init(module=...)`` (``DeepSpeedZeRoOffload._convert_to_zero_parameters``,
+    parameter_offload.py), which, with ``zero_optimization.memory_efficient_linear`` (default True), replaces
+    ``torch.nn.functional.linear`` by ``zero3_linear_wrap`` (``Init._enable_mem_efficient_linear``,
+    partition_parameters.py): ``LinearFunctionForZeroStage3.setup_context`` (zero/linear.py) saves the input and the
+    weight of every linear, frozen or not. A full fine-tune saves those inputs anyway; with LoRA the frozen linears'
+    inputs are saved too (measured: ``zero3-llama-7m-bf16-lora-w2``, 944 bf16 values per token and layer more than
+    ZeRO-2 keeps, the MLP's input and down_proj's, and the frozen head's input, the final norm's output). Modelled
+    for the decoder layers' linears and the causal-LM head."""
+    parallel = plan.parallel
+    return plan.lora and parallel.strategy == "zero" and parallel.zero_stage == 3
+
+
 def keeps_fp32_partition(plan: "Plan") -> bool:
     """DeepSpeed ZeRO keeps an fp32 copy of the rank's partition whatever the model's dtype."""
     parallel = plan.parallel
@@ -151,6 +181,21 @@ def zero3_keeps_everything_gathered(plan: "Plan") -> bool:
     if plan.inventory is None:
         return False
     return plan.num_parameters <= parallel.zero3_max_live_parameters
+
+
+def released_frozen_embedding_bytes(plan: "Plan", stage: "Stage") -> int:
+    """ZeRO-3 keeps a gathered parameter only while it has a next use in the step's trace
+    (``PartitionedParameterCoordinator.__params_to_release``, partitioned_param_coordinator.py): a frozen, untied
+    embedding takes no part in the backward (its output needs no gradient), so it is released after its forward, while
+    the frozen layers and head stay gathered for their input gradients (measured: ``zero3-llama-7m-bf16-lora-w2``, the
+    8000 × 256 bf16 embedding gone from the parameters at the loss's backward). Bytes of that embedding, or 0."""
+    if not zero3_keeps_everything_gathered(plan) or not stage.has_embedding or plan.architecture is None:
+        return 0
+    names = plan.family.names if plan.family else None
+    if names is None or plan.module_trains(names.embed_tokens) or plan.architecture.tie_word_embeddings:
+        return 0
+    compute = DTYPE_BYTES[plan.precision.compute_weight_dtype]
+    return sum(s.total_numel for s in plan.slices(stage) if not s.layer_scope and s.tensor.group == "embeddings") * compute
 
 
 def kept_after_forward(plan: "Plan", layer_bytes: int) -> int:
@@ -298,7 +343,7 @@ def steps_flat_partition(plan: "Plan") -> bool:
     the whole partition, not of the largest parameter (measured: ``zero2-llama-7m-bf16-smallbucket-w2``,
     two fp32 temporaries of the 3.5M-element partition in the step)."""
     parallel = plan.parallel
-    return parallel.strategy == "zero" and parallel.zero_stage >= 1 and not plan.lora
+    return parallel.strategy == "zero" and parallel.zero_stage >= 1
 
 
 def flat_partition_numel(plan: "Plan", trainable_numel: int) -> int:
@@ -317,7 +362,7 @@ def flattens_sub_group_gradients(plan: "Plan") -> bool:
     or an fp32 model). Measured: ``zero3-llama-7m-bf16-fp32grads-w1``, three fp32 partition-sized tensors in
     the step (that copy and AdamW's two temporaries)."""
     parallel = plan.parallel
-    return parallel.strategy == "zero" and parallel.zero_stage == 3 and not plan.lora
+    return parallel.strategy == "zero" and parallel.zero_stage == 3
 
 
 def frees_gradients_before_update(plan: "Plan") -> bool:

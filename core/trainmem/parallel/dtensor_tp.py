@@ -79,3 +79,46 @@ def loss_head_shape(plan: "Plan", shape: "LayerShape") -> "LayerShape":
     if runs_dtensor_tp(plan) and plan.parallel.sequence_parallel:
         return replace(shape, stream_tokens=shape.batch * shape.seq)
     return shape
+
+
+MIXED_LISTS_FIELD = "optimizer.implementation"
+
+
+def check_optimizer_over_mixed_tensors(setup: object) -> None:
+    """Refuse what torch cannot run: DTensor TP without ``SequenceParallel`` and a foreach or fused torch optimizer.
+
+    The plan leaves the norms out, so they stay plain ``torch.Tensor`` parameters next to the ``DTensor`` ones;
+    ``torch.optim`` groups a step's tensors by device and dtype only (``_group_tensors_by_device_and_dtype``,
+    torch/utils/_foreach_utils.py), so one ``_foreach_*`` (or ``_fused_adamw_``) call gets both kinds, and
+    DTensor's dispatcher refuses a non-scalar plain tensor (``OpDispatcher._try_replicate_spec_for_scalar_tensor``,
+    torch/distributed/tensor/_dispatch.py: "got mixed torch.Tensor and DTensor"). That check is the same on every
+    device: measured on 2 gloo ranks with torch 2.13 (AdamW ``foreach=True`` and ``fused=True`` both raise, the
+    for-loop runs), and on CUDA foreach is ``torch.optim``'s default (DTensor is in ``_foreach_supported_types``),
+    as others hit it there (NVIDIA-NeMo/RL#151, cornstarch-org/Cornstarch#87). With ``SequenceParallel`` every
+    parameter is a DTensor and foreach runs (measured: ``tp-dtensor-sp-llama-7m-fp32-foreach-w2``), and so it is under
+    FSDP2, whose ``fully_shard`` turns every parameter into a DTensor on the data-parallel (or 2-D) mesh (from the
+    source, ``_fsdp_param.py``; not measured with foreach).
+    bitsandbytes' optimizers (quantized or paged states) step tensor by tensor and are not refused here."""
+    from ..catalogs import optimizers
+    from ..errors import FieldError
+
+    parallel = setup.parallelism  # type: ignore[attr-defined]
+    if parallel.tensor_parallel_size == 1 or parallel.tensor_parallel_flavor != "dtensor" or parallel.sequence_parallel:
+        return
+    if parallel.strategy == "fsdp" and parallel.fsdp_version == 2:
+        return  # fully_shard makes every parameter, the norms too, a DTensor (FSDPParam.sharded_param)
+    optimizer = setup.optimizer  # type: ignore[attr-defined]
+    kind = optimizers().get(optimizer.name)
+    if kind is None or kind.quantized_state_bits or kind.paged:
+        return
+    implementation, given = optimizer.implementation, repr(optimizer.implementation)
+    if implementation is None:  # torch.optim's default on CUDA is foreach (trainmem assumes fused kernels under TP)
+        implementation = "foreach" if setup.runtime.device == "cuda" else "for-loop"  # type: ignore[attr-defined]
+        given = "unset (foreach, torch.optim's default on CUDA)"
+    if implementation in ("foreach", "fused"):
+        raise FieldError(
+            MIXED_LISTS_FIELD,
+            f"{given} cannot run under DTensor tensor parallelism without sequence_parallel: the norms stay "
+            "plain tensors and torch's _foreach_/_fused_ ops refuse lists mixing torch.Tensor and DTensor; allowed: "
+            "'for-loop' (foreach=False), or set parallelism.sequence_parallel",
+        )

@@ -203,3 +203,72 @@ def steps_flat_shard_views(plan: "Plan") -> bool:
     largest view, not the largest parameter / shards (measured: ``fsdp1-llama-7m-fp32-w2``, AdamW's two
     temporaries of the whole 8000 × 256 embedding on rank 0 and of the head on rank 1)."""
     return runs_fsdp1(plan) and not plan.lora
+
+
+# ---------------------------------------------------------------------------- FSDP1 units mixing frozen and trainable tensors
+
+FROZEN_GRADIENTS_DETAIL = (
+    "FSDP1 use_orig_params with LoRA: a decoder layer's FlatParameter mixes the frozen base and the adapters, "
+    "requires grad as a whole, and gets a gradient of every element (the frozen weights' too), sharded after "
+    "the reduce-scatter"
+)
+
+
+def computes_frozen_gradients(plan: "Plan") -> bool:
+    """FSDP1 (``use_orig_params=True``) wrapping decoder layers whose frozen base weights and trainable LoRA adapters
+    share one FlatParameter: ``FlatParamHandle._init_flat_param_and_metadata`` (torch/distributed/fsdp/_flat_param.py)
+    permits mixed ``requires_grad`` under ``use_orig_params`` and gives the FlatParameter ``requires_grad=True`` if any
+    original parameter requires it; in forward ``_use_unsharded_views(as_params=False)`` sets every original parameter,
+    the frozen ones too, to a view of the unsharded FlatParameter, so autograd treats the frozen weights as requiring
+    grad. It saves what a full fine-tune's layer saves and makes a gradient of the whole FlatParameter
+    (``_validate_frozen_params``, _wrap_utils.py, warns of this: "739840 numel instead of 14336 numel before sharding
+    via reduce-scatter" for a layer of the 7M Llama), reduce-scattered into a shard of the whole unit.
+
+    Measured (``fsdp1-llama-7m-fp32-lora-w2``): each layer's forward saves a full fine-tune's activations plus the
+    adapters' own, and each layer leaves a gradient shard of its whole FlatParameter (1.48 MB, not 57 KB) through the
+    update. FSDP2 shards each parameter by itself (its frozen weights get no gradient; measured exact without this
+    rule, ``fsdp2-llama-7m-fp32-lora-w2``), and so does an FSDP1 unit that holds no adapter (the root here)."""
+    return runs_fsdp1(plan) and plan.lora and plan.lora_targets is not None
+
+
+def unit_layout(plan: "Plan", group: object) -> list[tuple[int, bool]]:
+    """One decoder layer's FlatParameter, as (elements, trains) in registration order: each base tensor, and after an
+    adapted linear PEFT's ``lora_A`` (r × in) and ``lora_B`` (out × r) (``LoraLayer.update_layer`` registers them
+    after ``base_layer``, peft/tuners/lora/layer.py)."""
+    targets = plan.lora_targets
+    adapters = {adapter.module: adapter for adapter in targets.adapters_of(group)} if targets is not None else {}
+    layout: list[tuple[int, bool]] = []
+    for tensor in group.tensors:  # type: ignore[attr-defined]
+        layout.append((tensor.numel, False))
+        adapter = adapters.pop(tensor.module, None) if tensor.linear_features is not None else None
+        if adapter is not None:
+            layout.append((adapter.rank * adapter.in_features * adapter.experts, True))
+            layout.append((adapter.out_features * adapter.rank * adapter.experts, True))
+    return layout
+
+
+def adapter_views_per_rank(plan: "Plan", stage: "Stage") -> list[list[tuple[int, int]]]:
+    """For each representative rank, the (elements, layers) of every non-empty adapter view in its FlatParameter
+    chunks (:func:`flat_shard_views` over each layer's :func:`unit_layout`): with ``use_orig_params`` the optimizer
+    steps only the views a rank holds, so one rank may hold every adapter of a layer and another none (measured:
+    ``fsdp1-llama-7m-fp32-lora-w2``, rank 0 has all the adapters' AdamW states, rank 1 none)."""
+    shards = max(1, plan.sharding.weights)
+    units = [(unit_layout(plan, group), count) for _, group, count in plan.stage_layer_groups(stage)]
+    ranks = representative_ranks([[numel for numel, _ in layout] for layout, _ in units], shards)
+    per_rank: list[list[tuple[int, int]]] = [[] for _ in ranks]
+    for layout, count in units:
+        views = flat_shard_views([numel for numel, _ in layout], shards, ranks)
+        for position, rank_views in enumerate(views):
+            per_rank[position] += [(view, count) for view, (_, trains) in zip(rank_views, layout) if trains and view]
+    return per_rank
+
+
+def casts_adapters_for_compute(plan: "Plan") -> bool:
+    """FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16)`` (trainmem's ``bf16-mixed`` under strategy 'fsdp') casts every
+    parameter of a unit to the param dtype when it all-gathers it (``FSDPParam.init_all_gather_outputs``,
+    ``_fsdp_param.py``), PEFT's fp32 adapters too: the adapters' shards stay fp32, their unsharded copies and the LoRA
+    matmuls are bf16, and PEFT's ``x.to(lora_A.weight.dtype)`` makes no fp32 copy of the input (measured:
+    ``fsdp2-llama-7m-mixed-bf16-lora-w2``, one layer's all-gather output 739,840 bf16 elements, adapters included, and
+    the activations of a bf16 LoRA). FSDP1's ``MixedPrecision`` casts its FlatParameter alike (from the source, not
+    measured)."""
+    return plan.lora and runs_fsdp_units(plan) and plan.precision.recipe in ("fsdp-mixed-bf16", "fsdp-mixed-fp16")
