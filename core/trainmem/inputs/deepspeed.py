@@ -217,6 +217,9 @@ def read_optimizer(rec: Recorder, optimizer: dict[str, Any]) -> None:
         else:
             rec.unmodelled("optimizer.type", f"{note} (optimizer = {entry.optimizer})")
             rec.contributions.append(Contribution("optimizer", value, rec.file, "optimizer.type"))
+        # transformers 5.24 integrations/deepspeed.py deepspeed_optim_sched: an "optimizer" section makes DeepSpeed
+        # build the optimizer (DummyOptim); the trainer's optim is then never created
+        rec.contributions[-1].wins = "DeepSpeed builds the optimizer its config names; the trainer's optim is unused"
     for flag in ("torch_adam", "adam_w_mode", "amsgrad"):
         if flag in params:
             rec.modelled(f"optimizer.params.{flag}", "decides the optimizer above")

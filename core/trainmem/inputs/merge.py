@@ -44,9 +44,10 @@ def merge(
     ordered = sorted(recorders, key=lambda r: KIND_ORDER.index(r.kind))
     contributions = [c for r in ordered for c in r.contributions]
     facts = _facts(ordered)
-    chosen = _choose(contributions)
+    replaced: list[str] = []
+    chosen = _choose(contributions, replaced)
     entries = [e for r in recorders for e in r.entries]
-    notes = [n for r in recorders for n in r.notes]
+    notes = [n for r in recorders for n in r.notes] + replaced
     flat_overrides = _flatten(overrides)
     flat_base = _flatten(base)
     entries += _fill_autos(recorders, chosen, flat_base, flat_overrides)
@@ -142,8 +143,9 @@ def _facts(recorders: list[Recorder]) -> dict[str, Any]:
     return facts
 
 
-def _choose(contributions: list[Contribution]) -> dict[str, Contribution]:
-    """One contribution per field: explicit ones must agree; else the first default."""
+def _choose(contributions: list[Contribution], replaced: list[str]) -> dict[str, Contribution]:
+    """One contribution per field: explicit ones must agree, unless one of them ``wins`` as its framework decides
+    (a note in ``replaced`` says so); else the first default."""
     chosen: dict[str, Contribution] = {}
     for c in contributions:
         if c.default:
@@ -153,6 +155,13 @@ def _choose(contributions: list[Contribution]) -> dict[str, Contribution]:
             chosen[c.field] = c
         elif c.field == "model":
             chosen[c.field] = _more_specific_model(previous, c)
+        elif previous.value != c.value and (c.wins or previous.wins) and not (c.wins and previous.wins):
+            winner, loser = (c, previous) if c.wins else (previous, c)
+            chosen[c.field] = winner
+            replaced.append(
+                f"{c.field}: {winner.file}: {winner.key} = {short_value(winner.value)} replaces {loser.file}: "
+                f"{loser.key} = {short_value(loser.value)} ({winner.wins})"
+            )
         elif previous.value != c.value:
             raise InputError(
                 f"{c.file}: {c.key} = {short_value(c.value)} contradicts {previous.file}: {previous.key} = "
