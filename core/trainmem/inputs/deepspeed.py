@@ -191,6 +191,10 @@ def read_bucket(rec: Recorder, name: str, value: Any) -> None:
         rec.mark(key)
         rec.facts.setdefault("hidden_size_autos", []).append(key)
         rec.entries.append(_pending_auto(rec, key))
+    elif name == "reduce_bucket_size" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != int(value) or value < 1:
+            raise InputError(f"{rec.file}: {key}: must be a positive whole number of elements, got {value!r}")
+        rec.set(key, "parallelism.zero_reduce_bucket_size", int(value), "elements per reduce bucket")
     elif isinstance(value, (int, float)) and float(value) == default:
         rec.modelled(key, f"DeepSpeed's default {default:.0e}, which trainmem simulates")
     else:

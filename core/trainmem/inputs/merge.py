@@ -81,6 +81,7 @@ def merge(
     except ValidationError as error:
         raise InputError(_locate(error, chosen)) from None
     entries = _hidden_size_autos(entries, setup)
+    setup = _auto_reduce_bucket(setup, facts, flat_overrides, flat_base)
     notes += _kbit_upcast_note(setup, facts)
     return setup, KeyReport(files=files, entries=entries, notes=notes)
 
@@ -351,10 +352,29 @@ def _hidden_size_autos(entries: list[KeyEntry], setup: Setup) -> list[KeyEntry]:
                 detail = "auto: needs the model's hidden_size; "
             else:
                 detail = f"auto: {formula} = {compute(architecture.hidden_size):,} (HF integration); "
-            detail += f"not modelled: trainmem simulates DeepSpeed's default {BUCKET_DEFAULTS[name]:.0e}"
-            entry = entry.model_copy(update={"detail": detail})
+            if name == "reduce_bucket_size" and architecture is not None:
+                detail = detail.removesuffix("; ") + ": parallelism.zero_reduce_bucket_size"
+                entry = entry.model_copy(update={"detail": detail, "status": "modelled"})
+            else:
+                detail += f"not modelled: trainmem simulates DeepSpeed's default {BUCKET_DEFAULTS[name]:.0e}"
+                entry = entry.model_copy(update={"detail": detail})
         out.append(entry)
     return out
+
+
+def _auto_reduce_bucket(setup: Setup, facts: dict[str, Any], overrides: dict[str, Any], base: dict[str, Any]) -> Setup:
+    """A DeepSpeed ``reduce_bucket_size: "auto"`` is hidden_size² once the Hugging Face integration sees the model
+    (transformers 5.24 ``integrations/deepspeed.py`` trainer_config_finalize), not DeepSpeed's 5e8 default."""
+    field = "parallelism.zero_reduce_bucket_size"
+    autos = facts.get("hidden_size_autos") or []
+    if field in overrides or field in base or not any(key.endswith(".reduce_bucket_size") for key in autos):
+        return setup
+    architecture = setup.architecture()
+    if architecture is None:
+        return setup
+    data = setup.model_dump(mode="json", exclude_unset=True)
+    data = merge_patch(data, {"parallelism": {"zero_reduce_bucket_size": architecture.hidden_size**2}})
+    return Setup.model_validate(data)
 
 
 ATOMIC_FIELDS = {"model", "optimizer", "gpu", "runtime", "finetuning.frozen"}
