@@ -67,7 +67,14 @@ def read_accelerate(rec: Recorder) -> None:
         rec.neutral("deepspeed_config", f"ignored: distributed_type is {distributed}")
     config = rec.get("fsdp_config")
     if distributed == "FSDP":
-        apply_fsdp_config(rec, "fsdp_config", config if isinstance(config, dict) else {}, "FULL_SHARD", True)
+        apply_fsdp_config(
+            rec,
+            "fsdp_config",
+            config if isinstance(config, dict) else {},
+            "FULL_SHARD",
+            True,
+            (1, "accelerate 1.15 FullyShardedDataParallelPlugin (FSDP_VERSION 1)"),
+        )
     elif config is not None:
         rec.neutral("fsdp_config", f"ignored: distributed_type is {distributed}")
     if isinstance(rec.get("parallelism_config"), dict):

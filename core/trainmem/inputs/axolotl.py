@@ -179,8 +179,14 @@ def read_batch(rec: Recorder) -> None:
         )
     elif rec.get("sample_packing") is not None:
         rec.neutral("sample_packing", "off")
-    if rec.get("pad_to_sequence_len") is not None:
-        rec.modelled("pad_to_sequence_len", "rows of sequence_len tokens, as trainmem assumes")
+    if rec.get("pad_to_sequence_len") is True or rec.get("sample_packing") is True:
+        if rec.get("pad_to_sequence_len") is not None:
+            rec.modelled("pad_to_sequence_len", "rows of sequence_len tokens, as trainmem assumes")
+    elif rec.get("pad_to_sequence_len") is not None:
+        rec.unmodelled(
+            "pad_to_sequence_len",
+            "off: rows padded to the longest in each batch; trainmem assumes sequence_len tokens (an upper bound)",
+        )
     optimizer = rec.get("optimizer")
     arguments = rec.get("optim_args")
     amsgrad = (
@@ -304,7 +310,10 @@ def read_parallelism(rec: Recorder) -> None:
     config = rec.get("fsdp_config")
     if rec.get("fsdp") or version is not None and isinstance(config, dict):
         if version is not None:
-            rec.set("fsdp_version", "parallelism.strategy", "fsdp", f"FSDP{version}")
+            if version not in (1, 2, "1", "2"):
+                raise InputError(f"{rec.file}: fsdp_version: must be 1 or 2, got {version!r}")
+            rec.set("fsdp_version", "parallelism.fsdp_version", int(version), f"FSDP{version}")
+            rec.contributions.append(Contribution("parallelism.strategy", "fsdp", rec.file, "fsdp_version"))
         read_fsdp(rec)
         if not rec.get("fsdp") and isinstance(config, dict):
             from .fsdp import apply_fsdp_config

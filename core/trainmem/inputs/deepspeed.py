@@ -71,6 +71,11 @@ def read_deepspeed(rec: Recorder) -> None:
             "DeepSpeed's own checkpointing (Megatron-DeepSpeed): the trainer's setting applies",
         ),
         ("tensor_parallel", "AutoTP: assumed no tensor parallelism (give --tp)"),
+        (
+            "fp8",
+            "not a DeepSpeed 0.19 option (its config has no fp8 section and ignores it): fp8 training comes from the "
+            "trainer's fp8 argument (Accelerate with Transformer Engine or torchao), not read here",
+        ),
         ("pipeline", "assumed no pipeline parallelism"),
         ("sequence_parallel_size", "assumed no sequence parallelism"),
         ("data_types", "assumed gradients accumulate in the training dtype"),

@@ -141,14 +141,10 @@ def refuse_non_training(rec: Recorder) -> None:
 
 
 def refuse_kto_single_example(rec: Recorder, stage: str) -> None:
-    """LLaMA-Factory builds KTO's KL examples in its dataset (``kl_input_ids``) and bypasses KTOTrainer.__init__, so it
+    """(Refused in :mod:`.merge`, where the command line's micro-batch is known.) LLaMA-Factory builds KTO's KL examples in its dataset (``kl_input_ids``) and bypasses KTOTrainer.__init__, so it
     trains one example per device; trainmem's KTO step is TRL's, which forms the KL batch inside the micro-batch."""
-    if stage == "kto" and rec.get("per_device_train_batch_size") == 1:
-        raise InputError(
-            f"{rec.file}: per_device_train_batch_size: 1: LLaMA-Factory's KTO runs with 1 (its KL examples come from the "
-            "dataset), but trainmem models TRL's KTOTrainer, which needs at least 2 per micro-batch; give "
-            "--micro-batch-size 2 or more for an estimate"
-        )
+    if stage == "kto":
+        rec.facts["kto_kl_from_dataset"] = True  # merge refuses one example per micro-batch with this file's words
 
 
 def read_method(rec: Recorder) -> None:

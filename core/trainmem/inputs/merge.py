@@ -246,6 +246,13 @@ def _apply_rules(
             f"training.mode = {mode} (from {facts['training_mode@file']}): the step is simulated as {trainer} runs it; "
             f"micro_batch_size counts {counts}"
         )
+    if facts.get("kto_kl_from_dataset") and values.get("training.mode") == "kto":
+        if overrides.get("micro_batch_size", values.get("micro_batch_size")) == 1:
+            raise InputError(
+                f"{facts['kto_kl_from_dataset@file']}: per_device_train_batch_size: 1: LLaMA-Factory's KTO runs with 1 "
+                "(its KL examples come from the dataset), but trainmem models TRL's KTOTrainer, which needs at least 2 "
+                "per micro-batch; give --micro-batch-size 2 or more for an estimate"
+            )
     if values.get("finetuning.quantization.bits") and values.get("finetuning.method", "full") == "full":
         if facts.get("quantized_base"):
             values["finetuning.method"] = "qlora"
@@ -258,8 +265,21 @@ def _apply_rules(
     if not values.get("finetuning.quantization.bits") and values.get("finetuning.method") == "qlora":
         values["finetuning.quantization.bits"] = 4
     base_dtype = facts.get("base_dtype")
-    strategy = values.get("parallelism.strategy", "ddp")
+    strategy = overrides.get("parallelism.strategy", values.get("parallelism.strategy", "ddp"))
+    # Accelerate upcasts trainable 16-bit parameters to fp32 before FSDP shards them when mixed precision is on
+    # (accelerate 1.15 accelerator.py prepare_model for FSDP1's flat parameters, utils/fsdp_utils.py fsdp2_prepare_model)
+    fsdp_upcast = strategy == "fsdp" and values.get("finetuning.method", "full") == "full"
     if (
+        values.get("precision") == "bf16-mixed"
+        and base_dtype == "bf16"
+        and fsdp_upcast
+        and "precision" not in overrides
+    ):
+        notes.append(
+            f"{facts['base_dtype@file']}: the base is loaded in bf16, but Accelerate upcasts the trainable parameters to "
+            "fp32 before FSDP shards them (mixed precision on): fp32 shards with bf16 compute, as bf16-mixed under FSDP"
+        )
+    elif (
         values.get("precision") == "bf16-mixed"
         and base_dtype == "bf16"
         and strategy != "zero"
