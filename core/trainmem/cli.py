@@ -58,6 +58,8 @@ class _StoreOnce(argparse._StoreAction):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
         if option_string is not None:
             _given_twice(parser, namespace, self)
+            if values == [] and self.nargs is None:  # `--mbs=--`: argparse strips the '--' and passes []
+                parser.error(f"argument {'/'.join(self.option_strings)}: expected a value, got '--'")
         super().__call__(parser, namespace, values, option_string)
 
 
