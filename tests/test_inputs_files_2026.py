@@ -311,3 +311,37 @@ def test_torchtune_qwen3_moe_and_dpo():
     assert setup.parallelism.strategy == "fsdp" and setup.precision == "bf16-pure" and setup.loss == "chunked"
     setup, _ = read("torchtune/llama3_2/3B_lora_dpo_single_device.yaml")
     assert setup.training.mode == "dpo" and setup.finetuning.lora.r == 8 and setup.micro_batch_size == 4
+
+
+def _fuzz_module():
+    import importlib.util
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz_trainer_files.py"
+    spec = importlib.util.spec_from_file_location("fuzz_trainer_files_2026", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_seeded_fuzz_sample_of_these_files_is_read_or_refused_in_one_line(monkeypatch):
+    """benchmarks/fuzz_trainer_files.py --data tests/data/trainer_files_2026 (1,500 cases, seed 1, found the two
+    crashes pinned below)."""
+    fuzz = _fuzz_module()
+    monkeypatch.setattr(fuzz, "DATA", DATA)
+    result = fuzz.summary(fuzz.fuzz(fuzz.sample_cases(100, seed=3), estimate=False))
+    assert result["crashes"] == []
+    assert result["files"] > 20
+
+
+def test_wrong_typed_dropout_and_precision_flag_are_refused_naming_the_key():
+    """Found by the fuzz: float({...}) and a dict in a set raised TypeError."""
+    text = (DATA / "axolotl/qwen3-qlora-fsdp.yaml").read_text().replace("lora_dropout: 0.05", "lora_dropout: {x: 1}")
+    with pytest.raises(ValueError, match=r"lora_dropout: must be a number, got \{'x': 1\}"):
+        inputs.read_texts({"qlora-fsdp.yaml": text}, overrides={"model": {"preset": "gpt2"}})
+    config = json.loads((DATA / "axolotl/deepspeed_configs/zero3_bf16.json").read_text())
+    config["bf16"]["enabled"] = {"x": 1}
+    with pytest.raises(ValueError, match='bf16.enabled: must be true, false or "auto"'):
+        inputs.read_texts({"zero3.json": json.dumps(config)}, overrides=ALONE)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from .model_ref import read_model_reference
 from .optimizer_names import trainer_optimizer
 from .record import Contribution, InputError, Recorder
-from .trainer_args import ATTENTION_NAMES, lora_targets, positive_int, read_fsdp, read_liger, set_optimizer
+from .trainer_args import ATTENTION_NAMES, lora_targets, number, positive_int, read_fsdp, read_liger, set_optimizer
 
 AXOLOTL_VERSION = "Axolotl 0.19.0"
 ATTENTION_FLAGS = {
@@ -135,7 +135,7 @@ def read_method(rec: Recorder) -> None:
     if rec.get("lora_r") is not None:
         rec.set("lora_r", "finetuning.lora.r", positive_int(rec, "lora_r"))
     if rec.get("lora_dropout") is not None:
-        rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
+        rec.set("lora_dropout", "finetuning.lora.lora_dropout", number(rec, "lora_dropout"))
     else:
         rec.default("finetuning.lora.lora_dropout", 0.0, "lora_dropout", f"{AXOLOTL_VERSION} utils/schemas/peft.py")
     if rec.get("lora_target_linear") is True:

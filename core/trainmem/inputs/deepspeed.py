@@ -115,6 +115,10 @@ def read_precision(rec: Recorder) -> None:
         section = rec.get(name)
         if isinstance(section, dict):
             flags[name] = section.get("enabled", False if name == "fp16" else None)
+            if flags[name] not in (True, False, None, "auto") or isinstance(flags[name], (int, float)) and not isinstance(
+                flags[name], bool
+            ):
+                raise InputError(f'{rec.file}: {name}.enabled: must be true, false or "auto", got {flags[name]!r:.60}')
     if not flags:
         return
     values = set(flags.values())

@@ -18,6 +18,7 @@ from .trainer_args import (
     ATTENTION_NAMES,
     TrainerDefaults,
     lora_targets,
+    number,
     positive_int,
     read_batch_and_precision,
     read_compile,
@@ -197,7 +198,7 @@ def read_method(rec: Recorder) -> None:
     else:
         rec.default("finetuning.lora.target_modules", "all-linear", "lora_target", f"{LLAMAFACTORY_VERSION} (all)")
     if rec.get("lora_dropout") is not None:
-        rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
+        rec.set("lora_dropout", "finetuning.lora.lora_dropout", number(rec, "lora_dropout"))
     else:
         rec.default(
             "finetuning.lora.lora_dropout", 0.0, "lora_dropout", f"{LLAMAFACTORY_VERSION} hparams/finetuning_args.py"

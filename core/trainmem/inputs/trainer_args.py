@@ -265,7 +265,7 @@ def read_peft_keys(rec: Recorder) -> None:
     else:
         rec.default("finetuning.lora.r", 16, "lora_r", f"{TRL_VERSION} ModelConfig")
     if rec.get("lora_dropout") is not None:
-        rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
+        rec.set("lora_dropout", "finetuning.lora.lora_dropout", number(rec, "lora_dropout"))
     else:
         rec.default("finetuning.lora.lora_dropout", 0.05, "lora_dropout", f"{TRL_VERSION} ModelConfig")
     targets = rec.get("lora_target_modules")
@@ -301,6 +301,19 @@ def lora_targets(value: Any) -> Any:
     if not isinstance(value, (list, tuple)):  # left for Setup to refuse, naming finetuning.lora.target_modules
         return value  # (iterating an integer raised TypeError: found by benchmarks/fuzz_trainer_files.py)
     return [str(t) for t in value]
+
+
+def number(rec: Recorder, key: str) -> float:
+    """A number the file gives (YAML/JSON int or float; a string or an object is refused, naming the key)."""
+    value = rec.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{rec.file}: {key}: must be a number, got {short(value)}")
+    return float(value)
+
+
+def short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def positive_int(rec: Recorder, key: str) -> int:
