@@ -345,3 +345,12 @@ def test_wrong_typed_dropout_and_precision_flag_are_refused_naming_the_key():
     config["bf16"]["enabled"] = {"x": 1}
     with pytest.raises(ValueError, match='bf16.enabled: must be true, false or "auto"'):
         inputs.read_texts({"zero3.json": json.dumps(config)}, overrides=ALONE)
+
+
+def test_fsdp_true_and_a_wrong_typed_fsdp():
+    """transformers 5.24 takes fsdp=True (options in fsdp_config); a number there raised TypeError (found by the fuzz)."""
+    text = (DATA / "axolotl/llama3-fft-8b-fsdp.yml").read_text()
+    setup, _ = inputs.read_texts({"fft.yml": text.replace("fsdp:\n  - full_shard\n  - auto_wrap\n", "fsdp: true\n")})
+    assert setup.parallelism.strategy == "fsdp" and setup.parallelism.fsdp_sharding_strategy == "FULL_SHARD"
+    with pytest.raises(ValueError, match="fsdp: must be true, false, a list of FSDP options"):
+        inputs.read_texts({"fft.yml": text.replace("fsdp:\n  - full_shard\n  - auto_wrap\n", "fsdp: 0.37\n")})

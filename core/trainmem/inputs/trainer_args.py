@@ -187,7 +187,17 @@ def read_compile(rec: Recorder, key: str) -> None:
 def read_fsdp(rec: Recorder, fsdp_key: str = "fsdp", config_key: str = "fsdp_config") -> None:
     """TrainingArguments ``fsdp`` ("full_shard auto_wrap offload" or a list) and ``fsdp_config``."""
     value = rec.get(fsdp_key)
-    options = value.split() if isinstance(value, str) else list(value or [])
+    if value is True:  # transformers 5.24: fsdp=True, everything else in fsdp_config (FULL_SHARD by default)
+        options = ["full_shard"]
+    elif isinstance(value, str):
+        options = value.split()
+    elif value is None or value is False or isinstance(value, list):
+        options = list(value or [])
+    else:
+        raise InputError(
+            f"{rec.file}: {fsdp_key}: must be true, false, a list of FSDP options (full_shard, shard_grad_op, "
+            f"hybrid_shard, no_shard, auto_wrap, offload) or a string of them, got {short(value)}"
+        )
     options = [str(o).lower() for o in options]
     config = rec.get(config_key) if isinstance(rec.get(config_key), dict) else {}
     version = config.get("fsdp_version", config.get("version"))
