@@ -294,7 +294,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-estimate", action="store_true", help="read the files only (faster)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--data", type=Path, help="the folder of real files (default tests/data/trainer_files)")
     args = parser.parse_args(argv)
+    if args.data is not None:
+        global DATA
+        DATA = args.data.resolve()
     cases = sample_cases(args.sample, args.seed) if args.sample else all_cases()
     result = summary(fuzz(cases, estimate=not args.no_estimate))
     if args.json:

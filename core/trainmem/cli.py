@@ -24,6 +24,7 @@ from typing import Any, Optional, Sequence
 from pydantic import ValidationError
 
 from .catalogs import gpus, optimizers, presets
+from .cli_values import decimal_number, whole_number
 from .errors import one_line, printable
 from .files import read_json_file
 from .inputs.record import InputError
@@ -57,6 +58,8 @@ class _StoreOnce(argparse._StoreAction):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
         if option_string is not None:
             _given_twice(parser, namespace, self)
+            if values == [] and self.nargs is None:  # `--mbs=--`: argparse strips the '--' and passes []
+                parser.error(f"argument {'/'.join(self.option_strings)}: expected a value, got '--'")
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -83,20 +86,20 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     model.add_argument("--preset", help="a model preset (trainmem presets)")
     model.add_argument("--hf-config", metavar="CONFIG_JSON", help="a Hugging Face config.json file")
-    model.add_argument("--num-parameters", type=int, help="only a parameter count (model states only)")
+    model.add_argument("--num-parameters", type=whole_number, help="only a parameter count (model states only)")
     model.add_argument(
         "--task",
         help="the head: causal_lm (decoders), sequence_classification, token_classification, masked_lm, embedding",
     )
-    model.add_argument("--num-labels", type=int, help="classes of a classification head (default 2)")
+    model.add_argument("--num-labels", type=whole_number, help="classes of a classification head (default 2)")
     run = parser.add_argument_group("batch and precision")
-    run.add_argument("--micro-batch-size", "--mbs", type=int, dest="micro_batch_size")
-    run.add_argument("--seq-len", "--sequence-length", type=int, dest="sequence_length")
+    run.add_argument("--micro-batch-size", "--mbs", type=whole_number, dest="micro_batch_size")
+    run.add_argument("--seq-len", "--sequence-length", type=whole_number, dest="sequence_length")
     run.add_argument(
-        "--target-len", "--target-length", type=int, dest="target_length",
+        "--target-len", "--target-length", type=whole_number, dest="target_length",
         help="encoder-decoders (t5, mt5): the decoder's tokens per sample; --seq-len is then the source length",
     )
-    run.add_argument("--grad-accum", "--gradient-accumulation-steps", type=int, dest="gradient_accumulation_steps")
+    run.add_argument("--grad-accum", "--gradient-accumulation-steps", type=whole_number, dest="gradient_accumulation_steps")
     run.add_argument("--precision", help="fp32, amp-bf16, bf16-mixed, bf16-master-weights, bf16-pure, ...")
     run.add_argument("--optimizer", help="adamw, adam, sgd, sgd-momentum, adamw-8bit, adafactor, lion, ...")
     run.add_argument("--optimizer-implementation", choices=["foreach", "for-loop", "fused"])
@@ -104,8 +107,8 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--attention", choices=["sdpa", "flash_attention_2", "eager", "sdpa-math"])
     run.add_argument("--loss", choices=["standard", "chunked", "liger"])
     par = parser.add_argument_group("parallelism")
-    par.add_argument("--gpus", type=int, dest="num_gpus", help="GPUs in the run")
-    par.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
+    par.add_argument("--gpus", type=whole_number, dest="num_gpus", help="GPUs in the run")
+    par.add_argument("--zero", type=whole_number, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
     par.add_argument(
         "--fsdp",
         nargs="?",
@@ -114,22 +117,22 @@ def _add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
         help="PyTorch FSDP",
     )
     par.add_argument("--ddp", action="store_true", help="PyTorch DDP (the default data parallelism)")
-    par.add_argument("--tp", "--tensor-parallel", type=int, dest="tensor_parallel_size")
-    par.add_argument("--pp", "--pipeline-parallel", type=int, dest="pipeline_parallel_size")
-    par.add_argument("--cp", "--context-parallel", type=int, dest="context_parallel_size")
-    par.add_argument("--ep", "--expert-parallel", type=int, dest="expert_parallel_size")
-    par.add_argument("--etp", "--expert-tensor-parallel", type=int, dest="expert_tensor_parallel_size")
+    par.add_argument("--tp", "--tensor-parallel", type=whole_number, dest="tensor_parallel_size")
+    par.add_argument("--pp", "--pipeline-parallel", type=whole_number, dest="pipeline_parallel_size")
+    par.add_argument("--cp", "--context-parallel", type=whole_number, dest="context_parallel_size")
+    par.add_argument("--ep", "--expert-parallel", type=whole_number, dest="expert_parallel_size")
+    par.add_argument("--etp", "--expert-tensor-parallel", type=whole_number, dest="expert_tensor_parallel_size")
     par.add_argument("--sequence-parallel", action="store_true", default=None)
     par.add_argument("--offload-optimizer", action="store_true", default=None)
     par.add_argument("--offload-params", action="store_true", default=None, dest="offload_parameters")
     tune = parser.add_argument_group("fine-tuning")
-    tune.add_argument("--lora", type=int, metavar="RANK", help="LoRA with this rank")
-    tune.add_argument("--qlora", type=int, metavar="RANK", help="QLoRA (4-bit NF4 base) with this LoRA rank")
+    tune.add_argument("--lora", type=whole_number, metavar="RANK", help="LoRA with this rank")
+    tune.add_argument("--qlora", type=whole_number, metavar="RANK", help="QLoRA (4-bit NF4 base) with this LoRA rank")
     tune.add_argument("--lora-targets", help="comma-separated module names, or all-linear")
     hw = parser.add_argument_group("hardware")
     hw.add_argument("--gpu", help="a GPU of the catalog (trainmem gpus)")
-    hw.add_argument("--gpu-memory-gib", type=float, help="a custom GPU with this much memory")
-    hw.add_argument("--headroom", type=float, dest="headroom_fraction", help="fraction to keep free (default 0.10)")
+    hw.add_argument("--gpu-memory-gib", type=decimal_number, help="a custom GPU with this much memory")
+    hw.add_argument("--headroom", type=decimal_number, dest="headroom_fraction", help="fraction to keep free (default 0.10)")
     hw.add_argument("--device", choices=["cuda", "cpu"], help="cpu replays a CPU measurement")
     hw.add_argument(
         "--alloc-conf",
@@ -146,7 +149,7 @@ def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
     files.add_argument("--from", dest="from_kind", choices=KINDS, help="read every FILE as this kind")
     files.add_argument("--emit", choices=FORMATS, help="write the setup as this kind of file (to stdout)")
     files.add_argument("--emit-to", metavar="PATH", help="write the --emit file here instead of stdout")
-    files.add_argument("--apply", type=int, metavar="N", help="apply suggestion N of the report first (1 = the first)")
+    files.add_argument("--apply", type=whole_number, metavar="N", help="apply suggestion N of the report first (1 = the first)")
 
 
 def setup_from_arguments(args: argparse.Namespace) -> dict[str, Any]:

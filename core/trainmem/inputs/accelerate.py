@@ -17,7 +17,8 @@ PRECISIONS = {"no": "fp32", "fp16": "fp16-mixed", "bf16": "bf16-mixed", "fp8": "
 
 
 def read_accelerate(rec: Recorder) -> None:
-    distributed = str(rec.get("distributed_type", "NO")).upper()
+    raw = rec.get("distributed_type", "NO")
+    distributed = "NO" if raw is False else str(raw).upper()  # YAML 1.1 reads an unquoted NO as false
     if distributed not in STRATEGIES:
         rec.unmodelled("distributed_type", f"{distributed}: assumed DDP")
         distributed = "MULTI_GPU"
@@ -31,7 +32,17 @@ def read_accelerate(rec: Recorder) -> None:
     if processes is not None:
         if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
             raise InputError(f"{rec.file}: num_processes: must be a positive integer, got {processes!r}")
-        rec.set("num_processes", "parallelism.num_gpus", processes, "one process per GPU, over all machines")
+        if distributed == "NO" and processes > 1:
+            # accelerate 1.15 commands/launch.py: distributed_type NO sets neither multi_gpu nor a distributed backend,
+            # so launch_command falls through to simple_launcher, which starts one process
+            rec.set(
+                "num_processes",
+                "parallelism.num_gpus",
+                1,
+                "distributed_type NO: accelerate launch starts one process (simple_launcher); num_processes is unused",
+            )
+        else:
+            rec.set("num_processes", "parallelism.num_gpus", processes, "one process per GPU, over all machines")
     machines = rec.get("num_machines")
     if machines is not None:
         if processes and isinstance(machines, int) and machines > 1 and processes % machines == 0:
@@ -56,9 +67,18 @@ def read_accelerate(rec: Recorder) -> None:
         rec.neutral("deepspeed_config", f"ignored: distributed_type is {distributed}")
     config = rec.get("fsdp_config")
     if distributed == "FSDP":
-        apply_fsdp_config(rec, "fsdp_config", config if isinstance(config, dict) else {}, "FULL_SHARD", True)
+        apply_fsdp_config(
+            rec,
+            "fsdp_config",
+            config if isinstance(config, dict) else {},
+            "FULL_SHARD",
+            True,
+            (1, "accelerate 1.15 FullyShardedDataParallelPlugin (FSDP_VERSION 1)"),
+        )
     elif config is not None:
         rec.neutral("fsdp_config", f"ignored: distributed_type is {distributed}")
+    if isinstance(rec.get("parallelism_config"), dict):
+        read_parallelism_config(rec)
     if rec.get("dynamo_config") is not None:
         rec.unmodelled("dynamo_config", "torch.compile may fuse away saved tensors: assumed eager-mode memory")
     rec.finish()
@@ -102,3 +122,30 @@ def read_deepspeed_section(rec: Recorder) -> None:
     if "gradient_clipping" in section:
         rec.neutral(f"{base}.gradient_clipping")
     rec.finish(base)
+
+
+PARALLELISM_SIZES = {
+    "parallelism_config_cp_size": "context parallelism (the sequence split over cp ranks): assumed each rank holds the "
+    "whole sequence's activations, an upper bound; the model states shard over all num_processes ranks, as trainmem counts",
+    "parallelism_config_tp_size": "tensor parallelism (DTensor): assumed none (give --tp)",
+    "parallelism_config_dp_replicate_size": "replicated FSDP groups (HSDP): assumed FSDP shards over every GPU",
+}
+
+
+def read_parallelism_config(rec: Recorder) -> None:
+    """accelerate 1.15 ``ParallelismConfig`` (``parallelism_config_*`` keys: dp_replicate, dp_shard, tp, cp sizes; FSDP2
+    shards over the flattened dp_shard x cp mesh, ``parallelism_config.py``). Sizes above 1 that trainmem does not
+    split by are named with the assumption made; the rest change no memory."""
+    section = "parallelism_config"
+    config = rec.get(section)
+    for name, value in config.items():
+        key = f"{section}.{name}"
+        if name in PARALLELISM_SIZES and isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            rec.unmodelled(key, PARALLELISM_SIZES[name])
+        elif name == "parallelism_config_dp_shard_size":
+            rec.neutral(key, "FSDP shards over the processes, as num_processes says")
+        elif name in PARALLELISM_SIZES:
+            rec.neutral(key, "1: off")
+        elif name.startswith("parallelism_config_cp_"):
+            rec.neutral(key, "a context-parallel option")
+    rec.finish(section)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from .model_ref import read_model_reference
 from .optimizer_names import trainer_optimizer
 from .record import Contribution, InputError, Recorder
-from .trainer_args import ATTENTION_NAMES, lora_targets, positive_int, read_fsdp, read_liger, set_optimizer
+from .trainer_args import ATTENTION_NAMES, lora_targets, number, positive_int, read_fsdp, read_liger, set_optimizer
 
 AXOLOTL_VERSION = "Axolotl 0.19.0"
 ATTENTION_FLAGS = {
@@ -63,7 +63,21 @@ NOT_MODELLED = {
     "tensor_parallel_size": "tensor parallelism: assumed none (give --tp)",
     "bnb_config_kwargs": "assumed NF4 with double quantisation",
     "lora_target_modules_exclude": "assumed the listed targets",
+    "quantize_moe_experts": "Axolotl quantises the 3-D expert stacks to NF4 too: trainmem keeps them in the load dtype "
+    "(bitsandbytes alone converts nn.Linear only), an upper bound on the expert weights",
+    "lora_mlp_kernel": "Axolotl's fused LoRA MLP kernel (Triton) saves fewer tensors: assumed PEFT's LoRA memory",
+    "lora_qkv_kernel": "Axolotl's fused LoRA QKV kernel (Triton) saves fewer tensors: assumed PEFT's LoRA memory",
+    "lora_o_kernel": "Axolotl's fused LoRA output-projection kernel (Triton): assumed PEFT's LoRA memory",
+    "fused_attn_kernel": "Axolotl's fused attention kernel: assumed the Hugging Face attention's memory",
+    "use_kernels": "Hugging Face Hub kernels (the kernels library) replace modules: assumed the Hugging Face modules' memory",
+    "llama4_linearized_experts": "a checkpoint with one nn.Linear per expert (bitsandbytes can quantise those): "
+    "assumed fused experts in the load dtype",
+    "dp_shard_size": "FSDP shard group size: assumed every GPU shards (give --gpus)",
+    "model_config": "overrides of the model's config.json are not applied: assumed the model's own config",
 }
+CUT_CROSS_ENTROPY_PLUGIN = "CutCrossEntropyPlugin"
+"""Listing ``axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin`` turns Cut Cross-Entropy on: its
+``cut_cross_entropy`` argument defaults to true (Axolotl ``integrations/cut_cross_entropy/args.py``)."""
 
 
 def read_axolotl(rec: Recorder) -> None:
@@ -75,6 +89,7 @@ def read_axolotl(rec: Recorder) -> None:
     read_precision(rec)
     read_attention(rec)
     read_parallelism(rec)
+    read_model_quantization(rec)
     for key, assumption in NOT_MODELLED.items():
         value = rec.get(key)
         if rec.seen(key) or key not in rec.data:
@@ -120,7 +135,7 @@ def read_method(rec: Recorder) -> None:
     if rec.get("lora_r") is not None:
         rec.set("lora_r", "finetuning.lora.r", positive_int(rec, "lora_r"))
     if rec.get("lora_dropout") is not None:
-        rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
+        rec.set("lora_dropout", "finetuning.lora.lora_dropout", number(rec, "lora_dropout"))
     else:
         rec.default("finetuning.lora.lora_dropout", 0.0, "lora_dropout", f"{AXOLOTL_VERSION} utils/schemas/peft.py")
     if rec.get("lora_target_linear") is True:
@@ -128,6 +143,7 @@ def read_method(rec: Recorder) -> None:
         if rec.get("lora_target_modules"):
             rec.modelled("lora_target_modules", "lora_target_linear adds every linear layer")
     elif rec.get("lora_target_modules"):
+        refuse_regex_targets(rec, "lora_target_modules")
         rec.set("lora_target_modules", "finetuning.lora.target_modules", lora_targets(rec.get("lora_target_modules")))
         if rec.get("lora_target_linear") is False:
             rec.neutral("lora_target_linear", "off")
@@ -163,8 +179,14 @@ def read_batch(rec: Recorder) -> None:
         )
     elif rec.get("sample_packing") is not None:
         rec.neutral("sample_packing", "off")
-    if rec.get("pad_to_sequence_len") is not None:
-        rec.modelled("pad_to_sequence_len", "rows of sequence_len tokens, as trainmem assumes")
+    if rec.get("pad_to_sequence_len") is True or rec.get("sample_packing") is True:
+        if rec.get("pad_to_sequence_len") is not None:
+            rec.modelled("pad_to_sequence_len", "rows of sequence_len tokens, as trainmem assumes")
+    elif rec.get("pad_to_sequence_len") is not None:
+        rec.unmodelled(
+            "pad_to_sequence_len",
+            "off: rows padded to the longest in each batch; trainmem assumes sequence_len tokens (an upper bound)",
+        )
     optimizer = rec.get("optimizer")
     arguments = rec.get("optim_args")
     amsgrad = (
@@ -212,6 +234,16 @@ def read_batch(rec: Recorder) -> None:
             rec.modelled("rl", f"{name}: training.mode = {mode} (TRL's trainer)")
         else:
             rec.unmodelled("rl", f"{name}: assumed one row per example")
+    if rec.get("reward_model") is True and rl is None:
+        # Axolotl core/builders: reward_model runs TRL's RewardTrainer on AutoModelForSequenceClassification (num_labels 1)
+        rec.facts["trainer"] = "reward"
+        rec.facts["training_mode"] = "reward"
+        rec.modelled("reward_model", "training.mode = reward (TRL's RewardTrainer: chosen and rejected rows, a 1-label head)")
+        for key in ("model_type", "num_labels"):
+            if rec.get(key) is not None:
+                rec.modelled(key, "the reward model's sequence-classification head (reward_model)")
+    elif rec.get("reward_model") is not None:
+        rec.neutral("reward_model", "off" if rec.get("reward_model") is False else "")
 
 
 def read_precision(rec: Recorder) -> None:
@@ -256,6 +288,9 @@ def read_attention(rec: Recorder) -> None:
                 rec.unmodelled(key, f"{value!r}: assumed sdpa")
             else:
                 rec.set(key, "attention", attention)
+            for flag in ATTENTION_FLAGS:
+                if rec.get(flag) is not None:
+                    rec.modelled(flag, f"{key} decides the attention kernel")
             return
     for key, attention in ATTENTION_FLAGS.items():
         if rec.get(key) is True:
@@ -275,7 +310,10 @@ def read_parallelism(rec: Recorder) -> None:
     config = rec.get("fsdp_config")
     if rec.get("fsdp") or version is not None and isinstance(config, dict):
         if version is not None:
-            rec.set("fsdp_version", "parallelism.strategy", "fsdp", f"FSDP{version}")
+            if version not in (1, 2, "1", "2"):
+                raise InputError(f"{rec.file}: fsdp_version: must be 1 or 2, got {version!r}")
+            rec.set("fsdp_version", "parallelism.fsdp_version", int(version), f"FSDP{version}")
+            rec.contributions.append(Contribution("parallelism.strategy", "fsdp", rec.file, "fsdp_version"))
         read_fsdp(rec)
         if not rec.get("fsdp") and isinstance(config, dict):
             from .fsdp import apply_fsdp_config
@@ -288,5 +326,52 @@ def read_parallelism(rec: Recorder) -> None:
             rec.set(key, "loss", "chunked", "the logits never whole: modelled as a chunked cross-entropy (loss_chunks)")
         elif rec.get(key) is not None:
             rec.neutral(key)
-    if rec.get("plugins") is not None:
+    plugins = rec.get("plugins")
+    if (
+        isinstance(plugins, list)
+        and any(str(p).endswith(CUT_CROSS_ENTROPY_PLUGIN) for p in plugins)
+        and rec.get("cut_cross_entropy") is None
+        and rec.get("liger_fused_linear_cross_entropy") is not True
+    ):
+        rec.set(
+            "plugins",
+            "loss",
+            "chunked",
+            "CutCrossEntropyPlugin: cut_cross_entropy defaults to true (Axolotl integrations/cut_cross_entropy/args.py); "
+            "the logits never whole: modelled as a chunked cross-entropy (loss_chunks)",
+        )
+    elif plugins is not None:
         rec.neutral("plugins", "the plugins' options are read as their own keys")
+
+
+def read_model_quantization(rec: Recorder) -> None:
+    """``model_quantization_config`` (a transformers quantization config class, e.g. gpt-oss's ``Mxfp4Config``) and its
+    kwargs: with ``dequantize: true`` the checkpoint is dequantised on load (transformers ``Mxfp4Config``), so the
+    weights sit in the load dtype, as trainmem counts them."""
+    name = rec.get("model_quantization_config")
+    if name is None:
+        return
+    kwargs = rec.get("model_quantization_config_kwargs")
+    dequantize = isinstance(kwargs, dict) and kwargs.get("dequantize") is True
+    if dequantize:
+        rec.modelled("model_quantization_config", f"{name}, dequantize: true: weights dequantised to the load dtype on load")
+        rec.modelled("model_quantization_config_kwargs", "dequantize: true, as trainmem counts the weights")
+    else:
+        rec.unmodelled("model_quantization_config", f"{name}: quantised weights assumed dequantised to the load dtype")
+        if kwargs is not None:
+            rec.modelled("model_quantization_config_kwargs", "read with model_quantization_config")
+
+
+REGEX_CHARACTERS = frozenset("[]()|*+?^$\\{}")
+
+
+def refuse_regex_targets(rec: Recorder, key: str) -> None:
+    """A string ``target_modules`` is a regular expression to PEFT (``re.fullmatch`` against each module's path, PEFT 0.21
+    ``tuners/tuners_utils.py`` check_target_module_exists); trainmem takes module names only, so a pattern is refused."""
+    value = rec.get(key)
+    if isinstance(value, str) and REGEX_CHARACTERS & set(value):
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        raise InputError(
+            f"{rec.file}: {key}: {shown!r} is a regular expression (PEFT full-matches it against module paths), "
+            "which trainmem does not evaluate; list the module names instead (e.g. [q_proj, k_proj, v_proj, o_proj])"
+        )

@@ -71,6 +71,11 @@ def read_deepspeed(rec: Recorder) -> None:
             "DeepSpeed's own checkpointing (Megatron-DeepSpeed): the trainer's setting applies",
         ),
         ("tensor_parallel", "AutoTP: assumed no tensor parallelism (give --tp)"),
+        (
+            "fp8",
+            "not a DeepSpeed 0.19 option (its config has no fp8 section and ignores it): fp8 training comes from the "
+            "trainer's fp8 argument (Accelerate with Transformer Engine or torchao), not read here",
+        ),
         ("pipeline", "assumed no pipeline parallelism"),
         ("sequence_parallel_size", "assumed no sequence parallelism"),
         ("data_types", "assumed gradients accumulate in the training dtype"),
@@ -110,6 +115,10 @@ def read_precision(rec: Recorder) -> None:
         section = rec.get(name)
         if isinstance(section, dict):
             flags[name] = section.get("enabled", False if name == "fp16" else None)
+            if flags[name] not in (True, False, None, "auto") or isinstance(flags[name], (int, float)) and not isinstance(
+                flags[name], bool
+            ):
+                raise InputError(f'{rec.file}: {name}.enabled: must be true, false or "auto", got {flags[name]!r:.60}')
     if not flags:
         return
     values = set(flags.values())
@@ -191,6 +200,10 @@ def read_bucket(rec: Recorder, name: str, value: Any) -> None:
         rec.mark(key)
         rec.facts.setdefault("hidden_size_autos", []).append(key)
         rec.entries.append(_pending_auto(rec, key))
+    elif name == "reduce_bucket_size" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != int(value) or value < 1:
+            raise InputError(f"{rec.file}: {key}: must be a positive whole number of elements, got {value!r}")
+        rec.set(key, "parallelism.zero_reduce_bucket_size", int(value), "elements per reduce bucket")
     elif isinstance(value, (int, float)) and float(value) == default:
         rec.modelled(key, f"DeepSpeed's default {default:.0e}, which trainmem simulates")
     else:
@@ -217,6 +230,9 @@ def read_optimizer(rec: Recorder, optimizer: dict[str, Any]) -> None:
         else:
             rec.unmodelled("optimizer.type", f"{note} (optimizer = {entry.optimizer})")
             rec.contributions.append(Contribution("optimizer", value, rec.file, "optimizer.type"))
+        # transformers 5.24 integrations/deepspeed.py deepspeed_optim_sched: an "optimizer" section makes DeepSpeed
+        # build the optimizer (DummyOptim); the trainer's optim is then never created
+        rec.contributions[-1].wins = "DeepSpeed builds the optimizer its config names; the trainer's optim is unused"
     for flag in ("torch_adam", "adam_w_mode", "amsgrad"):
         if flag in params:
             rec.modelled(f"optimizer.params.{flag}", "decides the optimizer above")

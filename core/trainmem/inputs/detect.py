@@ -12,7 +12,7 @@ peft           PEFT adapter_config.json: ``peft_type``, or ``r`` with ``target_m
 deepspeed      ``zero_optimization``, ``train_micro_batch_size_per_gpu``, ``train_batch_size``
 accelerate     ``distributed_type`` or ``compute_environment`` (accelerate config)
 axolotl        ``base_model``, ``micro_batch_size``, ``sequence_len``, ``adapter``
-llamafactory   ``finetuning_type``, ``cutoff_len``, ``lora_target``, ``stage`` with ``template``
+llamafactory   ``finetuning_type``, ``cutoff_len``, ``lora_target``, ``export_dir``, ``template``
 trl            TrainingArguments / TRL configs: ``per_device_train_batch_size``, ``model_name_or_path``, ...
 =============  ==================================================================================
 """
@@ -79,7 +79,11 @@ def detect_kind(data: Any) -> str | None:
         return "accelerate"
     if keys & {"base_model", "micro_batch_size", "sequence_len", "adapter", "lora_target_linear"}:
         return "axolotl"
-    if keys & {"finetuning_type", "cutoff_len", "lora_target", "quantization_bit"} or {"stage", "template"} <= keys:
+    if (
+        keys & {"finetuning_type", "cutoff_len", "lora_target", "quantization_bit", "export_dir"}
+        or {"stage", "template"} <= keys
+        or {"model_name_or_path", "template"} <= keys  # TRL has no `template`; LLaMA-Factory's chat template
+    ):
         return "llamafactory"
     if keys & set(_TRAINER_KEYS):
         return "trl"

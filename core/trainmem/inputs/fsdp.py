@@ -18,11 +18,19 @@ NEUTRAL = {"state_dict_type", "sync_module_states", "cpu_ram_efficient_loading",
 
 
 def apply_fsdp_config(
-    rec: Recorder, section: str, config: dict[str, Any], strategy: str, explicit_strategy: bool
+    rec: Recorder,
+    section: str,
+    config: dict[str, Any],
+    strategy: str,
+    explicit_strategy: bool,
+    default_version: tuple[int, str] | None = None,
 ) -> None:
-    """Record ``config`` (the dict at ``section``) as FSDP parallelism settings."""
+    """Record ``config`` (the dict at ``section``) as FSDP parallelism settings; ``default_version`` (version, source) is
+    the FSDP version the framework takes when the config names none."""
     chosen = strategy
     strategy_key = None
+    if default_version is not None and not any(n.removeprefix("fsdp_") == "version" for n in config):
+        rec.default("parallelism.fsdp_version", default_version[0], f"{section}.fsdp_version", default_version[1])
     for name, value in config.items():
         key = f"{section}.{name}"
         short = name.removeprefix("fsdp_")
@@ -50,7 +58,11 @@ def apply_fsdp_config(
         elif short == "activation_checkpointing":
             rec.set(key, "activation_checkpointing", "full" if value else "none") if value else rec.neutral(key, "off")
         elif short == "version":
-            rec.set(key, "parallelism.strategy", "fsdp", f"FSDP{value}: both versions shard the same way in trainmem")
+            if value not in (1, 2, "1", "2"):
+                from .record import InputError
+
+                raise InputError(f"{rec.file}: {key}: must be 1 or 2, got {value!r}")
+            rec.set(key, "parallelism.fsdp_version", int(value), f"FSDP{value}")
         elif short == "backward_prefetch":
             if str(value).upper() == "BACKWARD_PRE":
                 rec.modelled(key, "trainmem holds the current and the prefetched next layer gathered")

@@ -13,10 +13,12 @@ defaults (``per_device_train_batch_size`` 8).
 from __future__ import annotations
 
 from .model_ref import read_model_reference
-from .record import Contribution, Recorder
+from .record import Contribution, InputError, Recorder
 from .trainer_args import (
+    ATTENTION_NAMES,
     TrainerDefaults,
     lora_targets,
+    number,
     positive_int,
     read_batch_and_precision,
     read_compile,
@@ -70,6 +72,7 @@ GALORE_KEYS = (
 
 
 def read_llamafactory(rec: Recorder) -> None:
+    refuse_non_training(rec)
     if rec.get("model_name_or_path") is not None:
         read_model_reference(rec, "model_name_or_path")
     stage = str(rec.get("stage", "sft"))
@@ -81,6 +84,15 @@ def read_llamafactory(rec: Recorder) -> None:
             mode = {"rm": "reward"}.get(stage, stage)
             rec.modelled("stage", f"{stage}: training.mode = {mode} (LLaMA-Factory runs TRL's trainer)")
             rec.facts["training_mode"] = mode
+            if stage in ("dpo", "kto"):
+                rec.notes.append(PREFERENCE_LOGITS_NOTE.format(file=rec.file, stage=stage))
+                refuse_kto_single_example(rec, stage)
+        elif stage == "ppo":
+            raise InputError(
+                f"{rec.file}: stage: ppo (LLaMA-Factory's PPO: TRL's legacy PPOTrainer with a value head on the policy, "
+                "the reward_model adapter and generation in one process) is not modelled; allowed stages: pt, sft, rm, "
+                "dpo, kto (PPO is modelled as verl runs it: give a verl config)"
+            )
         else:
             rec.unmodelled("stage", f"{stage}: reward heads, value models and reference models are not counted")
     checkpointing_on = rec.get("disable_gradient_checkpointing") is not True
@@ -113,6 +125,29 @@ def read_llamafactory(rec: Recorder) -> None:
     rec.finish()
 
 
+PREFERENCE_LOGITS_NOTE = (
+    "{file}: stage {stage}: LLaMA-Factory's own {stage} trainer takes the whole logits in fp32 "
+    "(train/{stage}/trainer.py: model(...).logits.to(torch.float32)) where trainmem simulates TRL 1.16's fused "
+    "log-prob head, which keeps none: the estimate is low by about the fp32 logits and their gradient (not modelled)"
+)
+
+
+def refuse_non_training(rec: Recorder) -> None:
+    """``llamafactory-cli export`` configs (``export_dir``: merge the adapters, quantise, save) run no training step."""
+    if rec.get("export_dir") is not None and rec.get("do_train") is not True:
+        raise InputError(
+            f"{rec.file}: export_dir: an export (merge) config, which llamafactory-cli export runs without a training "
+            "step; give the training config (do_train: true) instead"
+        )
+
+
+def refuse_kto_single_example(rec: Recorder, stage: str) -> None:
+    """(Refused in :mod:`.merge`, where the command line's micro-batch is known.) LLaMA-Factory builds KTO's KL examples in its dataset (``kl_input_ids``) and bypasses KTOTrainer.__init__, so it
+    trains one example per device; trainmem's KTO step is TRL's, which forms the KL batch inside the micro-batch."""
+    if stage == "kto":
+        rec.facts["kto_kl_from_dataset"] = True  # merge refuses one example per micro-batch with this file's words
+
+
 def read_method(rec: Recorder) -> None:
     method = str(rec.get("finetuning_type", "lora"))
     bits = rec.get("quantization_bit")
@@ -139,8 +174,10 @@ def read_method(rec: Recorder) -> None:
             rec.unmodelled("quantization_bit", f"{bits}-bit base with {method}: assumed an unquantized base")
         else:
             rec.set("quantization_bit", "finetuning.quantization.bits", bits)
-            if rec.get("quantization_method", "bitsandbytes") != "bitsandbytes":
+            if rec.get("quantization_method", "bitsandbytes") not in ("bitsandbytes", "bnb"):
                 rec.unmodelled("quantization_method", f"{rec.get('quantization_method')}: assumed bitsandbytes storage")
+            elif rec.get("quantization_method") is not None:
+                rec.modelled("quantization_method", "bitsandbytes, as trainmem models the quantized base")
             if rec.get("quantization_type") is not None:
                 rec.set("quantization_type", "finetuning.quantization.quant_type", str(rec.get("quantization_type")))
             if rec.get("double_quantization") is not None:
@@ -161,7 +198,7 @@ def read_method(rec: Recorder) -> None:
     else:
         rec.default("finetuning.lora.target_modules", "all-linear", "lora_target", f"{LLAMAFACTORY_VERSION} (all)")
     if rec.get("lora_dropout") is not None:
-        rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
+        rec.set("lora_dropout", "finetuning.lora.lora_dropout", number(rec, "lora_dropout"))
     else:
         rec.default(
             "finetuning.lora.lora_dropout", 0.0, "lora_dropout", f"{LLAMAFACTORY_VERSION} hparams/finetuning_args.py"
@@ -189,7 +226,7 @@ def read_features(rec: Recorder) -> None:
     key = "flash_attn" if rec.get("flash_attn") is not None else "attn"  # newer LLaMA-Factory spells it attn
     value = rec.get(key)
     if value is not None:
-        attention = ATTENTION.get(str(value).lower())
+        attention = ATTENTION.get(str(value).lower()) or ATTENTION_NAMES.get(str(value))
         if attention is None:
             rec.unmodelled(key, f"{value!r}: assumed sdpa")
         else:

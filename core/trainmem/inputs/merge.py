@@ -44,9 +44,10 @@ def merge(
     ordered = sorted(recorders, key=lambda r: KIND_ORDER.index(r.kind))
     contributions = [c for r in ordered for c in r.contributions]
     facts = _facts(ordered)
-    chosen = _choose(contributions)
+    replaced: list[str] = []
+    chosen = _choose(contributions, replaced)
     entries = [e for r in recorders for e in r.entries]
-    notes = [n for r in recorders for n in r.notes]
+    notes = [n for r in recorders for n in r.notes] + replaced
     flat_overrides = _flatten(overrides)
     flat_base = _flatten(base)
     entries += _fill_autos(recorders, chosen, flat_base, flat_overrides)
@@ -80,6 +81,7 @@ def merge(
     except ValidationError as error:
         raise InputError(_locate(error, chosen)) from None
     entries = _hidden_size_autos(entries, setup)
+    setup = _auto_reduce_bucket(setup, facts, flat_overrides, flat_base)
     notes += _kbit_upcast_note(setup, facts)
     return setup, KeyReport(files=files, entries=entries, notes=notes)
 
@@ -142,8 +144,9 @@ def _facts(recorders: list[Recorder]) -> dict[str, Any]:
     return facts
 
 
-def _choose(contributions: list[Contribution]) -> dict[str, Contribution]:
-    """One contribution per field: explicit ones must agree; else the first default."""
+def _choose(contributions: list[Contribution], replaced: list[str]) -> dict[str, Contribution]:
+    """One contribution per field: explicit ones must agree, unless one of them ``wins`` as its framework decides
+    (a note in ``replaced`` says so); else the first default."""
     chosen: dict[str, Contribution] = {}
     for c in contributions:
         if c.default:
@@ -153,6 +156,13 @@ def _choose(contributions: list[Contribution]) -> dict[str, Contribution]:
             chosen[c.field] = c
         elif c.field == "model":
             chosen[c.field] = _more_specific_model(previous, c)
+        elif previous.value != c.value and (c.wins or previous.wins) and not (c.wins and previous.wins):
+            winner, loser = (c, previous) if c.wins else (previous, c)
+            chosen[c.field] = winner
+            replaced.append(
+                f"{c.field}: {winner.file}: {winner.key} = {short_value(winner.value)} replaces {loser.file}: "
+                f"{loser.key} = {short_value(loser.value)} ({winner.wins})"
+            )
         elif previous.value != c.value:
             raise InputError(
                 f"{c.file}: {c.key} = {short_value(c.value)} contradicts {previous.file}: {previous.key} = "
@@ -236,6 +246,13 @@ def _apply_rules(
             f"training.mode = {mode} (from {facts['training_mode@file']}): the step is simulated as {trainer} runs it; "
             f"micro_batch_size counts {counts}"
         )
+    if facts.get("kto_kl_from_dataset") and values.get("training.mode") == "kto":
+        if overrides.get("micro_batch_size", values.get("micro_batch_size")) == 1:
+            raise InputError(
+                f"{facts['kto_kl_from_dataset@file']}: per_device_train_batch_size: 1: LLaMA-Factory's KTO runs with 1 "
+                "(its KL examples come from the dataset), but trainmem models TRL's KTOTrainer, which needs at least 2 "
+                "per micro-batch; give --micro-batch-size 2 or more for an estimate"
+            )
     if values.get("finetuning.quantization.bits") and values.get("finetuning.method", "full") == "full":
         if facts.get("quantized_base"):
             values["finetuning.method"] = "qlora"
@@ -248,8 +265,21 @@ def _apply_rules(
     if not values.get("finetuning.quantization.bits") and values.get("finetuning.method") == "qlora":
         values["finetuning.quantization.bits"] = 4
     base_dtype = facts.get("base_dtype")
-    strategy = values.get("parallelism.strategy", "ddp")
+    strategy = overrides.get("parallelism.strategy", values.get("parallelism.strategy", "ddp"))
+    # Accelerate upcasts trainable 16-bit parameters to fp32 before FSDP shards them when mixed precision is on
+    # (accelerate 1.15 accelerator.py prepare_model for FSDP1's flat parameters, utils/fsdp_utils.py fsdp2_prepare_model)
+    fsdp_upcast = strategy == "fsdp" and values.get("finetuning.method", "full") == "full"
     if (
+        values.get("precision") == "bf16-mixed"
+        and base_dtype == "bf16"
+        and fsdp_upcast
+        and "precision" not in overrides
+    ):
+        notes.append(
+            f"{facts['base_dtype@file']}: the base is loaded in bf16, but Accelerate upcasts the trainable parameters to "
+            "fp32 before FSDP shards them (mixed precision on): fp32 shards with bf16 compute, as bf16-mixed under FSDP"
+        )
+    elif (
         values.get("precision") == "bf16-mixed"
         and base_dtype == "bf16"
         and strategy != "zero"
@@ -342,10 +372,29 @@ def _hidden_size_autos(entries: list[KeyEntry], setup: Setup) -> list[KeyEntry]:
                 detail = "auto: needs the model's hidden_size; "
             else:
                 detail = f"auto: {formula} = {compute(architecture.hidden_size):,} (HF integration); "
-            detail += f"not modelled: trainmem simulates DeepSpeed's default {BUCKET_DEFAULTS[name]:.0e}"
-            entry = entry.model_copy(update={"detail": detail})
+            if name == "reduce_bucket_size" and architecture is not None:
+                detail = detail.removesuffix("; ") + ": parallelism.zero_reduce_bucket_size"
+                entry = entry.model_copy(update={"detail": detail, "status": "modelled"})
+            else:
+                detail += f"not modelled: trainmem simulates DeepSpeed's default {BUCKET_DEFAULTS[name]:.0e}"
+                entry = entry.model_copy(update={"detail": detail})
         out.append(entry)
     return out
+
+
+def _auto_reduce_bucket(setup: Setup, facts: dict[str, Any], overrides: dict[str, Any], base: dict[str, Any]) -> Setup:
+    """A DeepSpeed ``reduce_bucket_size: "auto"`` is hidden_size² once the Hugging Face integration sees the model
+    (transformers 5.24 ``integrations/deepspeed.py`` trainer_config_finalize), not DeepSpeed's 5e8 default."""
+    field = "parallelism.zero_reduce_bucket_size"
+    autos = facts.get("hidden_size_autos") or []
+    if field in overrides or field in base or not any(key.endswith(".reduce_bucket_size") for key in autos):
+        return setup
+    architecture = setup.architecture()
+    if architecture is None:
+        return setup
+    data = setup.model_dump(mode="json", exclude_unset=True)
+    data = merge_patch(data, {"parallelism": {"zero_reduce_bucket_size": architecture.hidden_size**2}})
+    return Setup.model_validate(data)
 
 
 ATOMIC_FIELDS = {"model", "optimizer", "gpu", "runtime", "finetuning.frozen"}

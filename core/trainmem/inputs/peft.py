@@ -10,7 +10,7 @@ from __future__ import annotations
 from .model_ref import read_model_reference
 from .peft_features import read_modules_to_save, read_use_dora
 from .record import Recorder
-from .trainer_args import lora_targets, positive_int
+from .trainer_args import lora_targets, number, positive_int
 
 
 def read_peft(rec: Recorder) -> None:
@@ -30,7 +30,7 @@ def read_peft(rec: Recorder) -> None:
         else:
             rec.set("target_modules", "finetuning.lora.target_modules", lora_targets(targets))
     if rec.get("lora_dropout") is not None:
-        rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
+        rec.set("lora_dropout", "finetuning.lora.lora_dropout", number(rec, "lora_dropout"))
     if rec.get("base_model_name_or_path"):
         read_model_reference(rec, "base_model_name_or_path")
     read_modules_to_save(rec, "modules_to_save")

@@ -80,6 +80,8 @@ class Contribution:
     default: bool = False
     label: str = ""
     """For a default: where it comes from, e.g. 'transformers 5.24 TrainingArguments'."""
+    wins: str = ""
+    """Why this value replaces another file's for the same field instead of contradicting it (empty: it does not)."""
 
 
 @dataclass

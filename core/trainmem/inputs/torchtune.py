@@ -75,6 +75,8 @@ RL_RECIPES = (
      "backward through PPOLoss, beside a frozen reference policy and a frozen reward model (four models at once)"),
     ("grpo_samples", "dev/grpo_full_finetune_distributed.py: GRPO generates grpo_samples completions per prompt with torchtune's own "
      "generation loop and scores them with reward functions"),
+    ("reward_functions", "grpo_finetune_single_device.py: GRPO generates num_generations completions per prompt with torchtune's "
+     "own generation loop (KV cache) and scores them with the reward_functions it lists"),
 )
 """torchtune's RL recipes, told apart by a key only they read. Neither is trainmem's RL step (verl's phased PPO,
 TRL's GRPO): refused in one line rather than estimated as something else."""

@@ -187,7 +187,17 @@ def read_compile(rec: Recorder, key: str) -> None:
 def read_fsdp(rec: Recorder, fsdp_key: str = "fsdp", config_key: str = "fsdp_config") -> None:
     """TrainingArguments ``fsdp`` ("full_shard auto_wrap offload" or a list) and ``fsdp_config``."""
     value = rec.get(fsdp_key)
-    options = value.split() if isinstance(value, str) else list(value or [])
+    if value is True:  # transformers 5.24: fsdp=True, everything else in fsdp_config (FULL_SHARD by default)
+        options = ["full_shard"]
+    elif isinstance(value, str):
+        options = value.split()
+    elif value is None or value is False or isinstance(value, list):
+        options = list(value or [])
+    else:
+        raise InputError(
+            f"{rec.file}: {fsdp_key}: must be true, false, a list of FSDP options (full_shard, shard_grad_op, "
+            f"hybrid_shard, no_shard, auto_wrap, offload) or a string of them, got {short(value)}"
+        )
     options = [str(o).lower() for o in options]
     config = rec.get(config_key) if isinstance(rec.get(config_key), dict) else {}
     version = config.get("fsdp_version", config.get("version"))
@@ -265,7 +275,7 @@ def read_peft_keys(rec: Recorder) -> None:
     else:
         rec.default("finetuning.lora.r", 16, "lora_r", f"{TRL_VERSION} ModelConfig")
     if rec.get("lora_dropout") is not None:
-        rec.set("lora_dropout", "finetuning.lora.lora_dropout", float(rec.get("lora_dropout")))
+        rec.set("lora_dropout", "finetuning.lora.lora_dropout", number(rec, "lora_dropout"))
     else:
         rec.default("finetuning.lora.lora_dropout", 0.05, "lora_dropout", f"{TRL_VERSION} ModelConfig")
     targets = rec.get("lora_target_modules")
@@ -301,6 +311,19 @@ def lora_targets(value: Any) -> Any:
     if not isinstance(value, (list, tuple)):  # left for Setup to refuse, naming finetuning.lora.target_modules
         return value  # (iterating an integer raised TypeError: found by benchmarks/fuzz_trainer_files.py)
     return [str(t) for t in value]
+
+
+def number(rec: Recorder, key: str) -> float:
+    """A number the file gives (YAML/JSON int or float; a string or an object is refused, naming the key)."""
+    value = rec.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{rec.file}: {key}: must be a number, got {short(value)}")
+    return float(value)
+
+
+def short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def positive_int(rec: Recorder, key: str) -> int:

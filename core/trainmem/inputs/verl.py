@@ -401,6 +401,13 @@ def read_gpus_and_batch(rec: Recorder) -> None:
 
 def read_strategy(rec: Recorder) -> None:
     key = f"{ACTOR}.strategy"
+    megatron = f"{ACTOR}.megatron"
+    if not rec.has(key) and isinstance(rec.get(megatron), dict):
+        # a megatron section is the mark of ppo_megatron_trainer.yaml (--config-name), whose actor.strategy is megatron
+        raise InputError(
+            f"{rec.file}: {megatron}: a Megatron actor (ppo_megatron_trainer.yaml); trainmem models verl's FSDP actor; "
+            "allowed actor strategies: fsdp, fsdp2"
+        )
     strategy = text(rec, key, "fsdp", allowed=("fsdp", "fsdp2", "megatron", "veomni", "torchtitan"))
     if strategy not in ("fsdp", "fsdp2"):
         raise InputError(f"{rec.file}: {key}: {strategy}: trainmem models verl's FSDP actor; allowed: fsdp, fsdp2")
@@ -527,6 +534,10 @@ NOT_MODELLED = {
     f"{ACTOR}.freeze_vision_tower": ((False,), "a frozen vision tower: assumed a text model"),
     f"{ACTOR}.use_remove_padding": ((False, True), "follows model.use_remove_padding"),
     f"{ACTOR}.ulysses_sequence_parallel_size": ((1,), "Ulysses sequence parallelism: assumed every rank holds whole rows"),
+    # an older verl's global spellings (divided by the data-parallel ranks, as ppo_micro_batch_size)
+    f"{REF}.log_prob_micro_batch_size": ((), "the reference's global log-prob micro-batch (deprecated key): the pass assumed in forwards of the update's micro-batch"),
+    f"{ROLLOUT}.log_prob_micro_batch_size": ((), "the old policy's global log-prob micro-batch (deprecated key): the pass assumed in forwards of the update's micro-batch"),
+    f"{ACTOR}.fsdp_config.grad_offload": ((False,), "an older verl's gradient offload to the host: assumed the gradients stay on the GPU"),
 }
 
 

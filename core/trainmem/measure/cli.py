@@ -29,6 +29,7 @@ from .record import Measurement
 
 def build_parser() -> argparse.ArgumentParser:
     from ..cli import OneLineParser
+    from ..cli_values import whole_number
 
     parser = OneLineParser(
         prog="trainmem measure",
@@ -36,10 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("setup", nargs="?", help="setup JSON file, '-' for stdin, or inline JSON")
     parser.add_argument("--fake", action="store_true", help="FakeTensorMode: shapes only, no memory (large models)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=whole_number, default=0)
     parser.add_argument(
         "--warmup-steps",
-        type=int,
+        type=whole_number,
         default=None,
         help="untracked steps before the measured one (default 1; 2 for DDP, whose buckets are rebuilt in step 2)",
     )
