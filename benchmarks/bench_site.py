@@ -218,6 +218,7 @@ def main() -> None:
             downloaded: list[int] = []
             cold.append(load(page, url, downloaded))
             downloads.append(sum(downloaded))
+            page.wait_for_function(SNAPSHOT_KEPT, timeout=120_000)  # before the warm load, which may restore it
             page.close()
             page = context.new_page()  # the same profile again: HTTP cache and V8 code cache warm
             warm.append(load(page, url))
