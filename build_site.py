@@ -379,18 +379,26 @@ def bundle_python(site: Path, wheels: list[Path]) -> dict:
     return {"zip": PYTHON_ZIP, "native": native, "lock_info": lock_info}
 
 
-# A memory snapshot of Pyodide made in the browser after loadPyodide (issue 14, repeat visits:
+# A memory snapshot of Pyodide made in the browser with trainmem imported (issue 14, repeat visits:
 # web/js/snapshot.js) holds Python's state as these files left it: the runtime and its loader, the
-# standard library's zip (the zipimporter's directory of it is in that memory) and the worker, which
-# sets loadPyodide's options. The cache entry's URL carries their hash, so a snapshot is restored
-# only into the runtime that made it.
+# standard library's zip (the zipimporter's directory of it is in that memory), the worker, which
+# sets loadPyodide's options and loads the libraries, and (snapshot_inputs) the bundle, the
+# extension libraries and the page's Python modules, imported before it is made. The cache entry's
+# URL carries their hash, so a snapshot is restored only into the runtime and code that made it.
 SNAPSHOT_INPUTS = tuple(f"pyodide/{name}" for name in PYODIDE_FILES) + ("js/worker.js", "js/snapshot.js")
+
+
+def snapshot_inputs(site: Path) -> list[str]:
+    """SNAPSHOT_INPUTS, then the bundle and libraries under python/ and the modules under py/ (sorted)."""
+    imported = sorted(p.relative_to(site).as_posix() for pattern in (f"{PYTHON_FOLDER}/*.zip", f"{PYTHON_FOLDER}/*.wasm", "py/*.py")
+                      for p in site.glob(pattern))
+    return [*SNAPSHOT_INPUTS, *imported]
 
 
 def python_snapshot(site: Path) -> dict:
     """The worker's snapshot configuration: {"url": the cache entry's URL, under python/}."""
     digest = hashlib.sha256()
-    for name in SNAPSHOT_INPUTS:
+    for name in snapshot_inputs(site):
         digest.update(f"{name}\0{sha256(site / name)}\n".encode())
     return {"url": f"{PYTHON_FOLDER}/snapshot-{digest.hexdigest()[:16]}.bin"}
 

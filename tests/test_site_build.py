@@ -214,20 +214,23 @@ def test_the_local_server_sends_a_gz_file_as_it_is(tmp_path):
 
 def test_the_python_snapshot_is_named_by_the_files_its_memory_depends_on(tmp_path):
     site = tmp_path / "site"
-    for name in (*build_site.SNAPSHOT_INPUTS, "index.html", "python/site-packages.zip"):
+    imported = ("python/site-packages.zip", "python/pydantic_core._pydantic_core.wasm", "py/trainmem_web.py")
+    for name in (*build_site.SNAPSHOT_INPUTS, *imported, "index.html", "js/main.js"):
         (site / name).parent.mkdir(parents=True, exist_ok=True)
         (site / name).write_bytes(name.encode())
+    assert build_site.snapshot_inputs(site) == [*build_site.SNAPSHOT_INPUTS, *sorted(imported)]
     first = build_site.python_snapshot(site)
     assert first["url"].startswith("python/snapshot-") and first["url"].endswith(".bin")
-    # The page and trainmem are imported after the snapshot is made: they do not change it.
-    for name in ("index.html", "python/site-packages.zip"):
+    # The page's own scripts do not change Python's memory.
+    for name in ("index.html", "js/main.js"):
         (site / name).write_bytes(b"changed")
     assert build_site.python_snapshot(site) == first
-    # Pyodide's runtime, its loader, the standard library and the worker (loadPyodide's options) do.
+    # Pyodide's runtime, its loader, the standard library and the worker (loadPyodide's options) do,
+    # and so does what the snapshot has imported: the bundle, pydantic-core's library, the page's module.
     assert {"pyodide/pyodide.asm.wasm", "pyodide/pyodide.mjs", "pyodide/python_stdlib.zip", "js/worker.js"} <= set(
         build_site.SNAPSHOT_INPUTS)
     seen = {first["url"]}
-    for name in build_site.SNAPSHOT_INPUTS:
+    for name in build_site.snapshot_inputs(site):
         (site / name).write_bytes(b"another build of " + name.encode())
         seen.add(build_site.python_snapshot(site)["url"])
-    assert len(seen) == 1 + len(build_site.SNAPSHOT_INPUTS)
+    assert len(seen) == 1 + len(build_site.SNAPSHOT_INPUTS) + len(imported)

@@ -22,12 +22,13 @@
 //    static import would hold this module, and so the boot message, until they had loaded), its
 //    WebAssembly runtime and standard library by fetches that loadPyodide's own requests for the
 //    same URLs then take over (startedFetch) instead of requesting them again;
-//  * a repeat visit restores a memory snapshot of Python made right after loadPyodide on an
-//    earlier visit and kept in Cache Storage (web/js/snapshot.js) instead of initialising Python;
-//    one that fails to restore is deleted and the boot starts again without it.
+//  * a repeat visit restores a memory snapshot of Python with trainmem imported, made on an earlier
+//    visit after the engine's first answer while the page was idle and kept in Cache Storage
+//    (web/js/snapshot.js), instead of initialising Python and importing trainmem; one that fails
+//    to restore is deleted and the boot starts again without it.
 
 import { fetchWasm } from "./stored.js";
-import { cachedSnapshot, canKeepSnapshots, forgetSnapshot, storeSnapshot } from "./snapshot.js";
+import { cachedSnapshot, canKeepSnapshots, forgetSnapshot, libraryMismatch, packSnapshot, storeSnapshot, unpackSnapshot } from "./snapshot.js";
 
 /** This worker's stages on the epoch clock ([stage, ms]), sent to the page with the boot's answer. */
 const marks = [];
@@ -69,12 +70,51 @@ self.fetch = (resource, options) => {
   return started;
 };
 
+/** Pyodide 314's site-packages (its fsInit reports it; checked before a snapshot is made). */
+const SITE_PACKAGES = "/lib/python3.14/site-packages";
+/** emscripten's flags for a library Python's dlopen loads (RTLD_LOCAL; pyodide.asm.mjs loadDynamicLibrary). */
+const LIBRARY_FLAGS = { loadAsync: true, nodelete: true, allowUndefined: true };
+
+/**
+ * A preRun callback (settings.preRun) that loads the extension libraries (`natives`: compiled
+ * while the runtime downloads) before emscripten initialises its runtime, so that each lands at the
+ * same memory base and table slot in every run (snapshot.js), registered under its file's path for
+ * Python's dlopen to find; the handles of a snapshot's manifest (`recorded`) are put back. Where
+ * each landed goes into `loaded` ({libraries, error}).
+ */
+function loadLibrariesFirst(natives, recorded, loaded) {
+  return (Module) => {
+    Module.addRunDependency("trainmem-native-libraries");
+    const sbrk = () => Module.HEAPU32[Module._emscripten_get_sbrk_ptr() >>> 2];
+    (async () => {
+      for (const [index, lib] of (await Promise.all(natives)).entries()) {
+        const path = `${SITE_PACKAGES}/${lib.path}`;
+        const dso = Module.newDSO(path, undefined, "loading");
+        dso.global = false;
+        const where = { path, heap_base: sbrk(), table_base: Module.wasmTable.length };
+        dso.exports = await Module.loadWebAssemblyModule(lib.wasm, LIBRARY_FLAGS, path, {});
+        where.heap_start = sbrk();
+        for (const handle of recorded?.[index]?.handles ?? []) Module.LDSO.loadedLibsByHandle[handle] = dso;
+        loaded.libraries.push(where);
+      }
+    })().catch((error) => {
+      loaded.error = error;
+    }).finally(() => Module.removeRunDependency("trainmem-native-libraries"));
+  };
+}
+
 /**
  * loadPyodide's createPyodideModule: the runtime script imported above, with marks of its stages
- * (the WebAssembly instantiated, emscripten's runtime up, Python's main() returned).
+ * (the WebAssembly instantiated, emscripten's runtime up, Python's main() returned); with
+ * `libraries` ({natives, manifest, snapshot, loaded}), the extension libraries loaded first, and
+ * for a snapshot, their places checked against its manifest and the memory grown to its size.
  */
-async function createPyodideModule(settings) {
+async function createPyodideModule(settings, libraries = null) {
   const create = (await pyodideRuntime).default;
+  if (libraries) {
+    const { natives, manifest } = libraries;
+    settings.preRun = [...[].concat(settings.preRun ?? []), loadLibrariesFirst(natives, manifest?.libraries, libraries.loaded)];
+  }
   mark("runtime-script");
   const instantiate = settings.instantiateWasm; // emscripten's Module is this object itself
   if (instantiate) {
@@ -87,6 +127,12 @@ async function createPyodideModule(settings) {
   settings.onRuntimeInitialized = () => mark("runtime-initialized");
   const module = await create(settings);
   mark("python-main");
+  if (libraries?.loaded.error) throw libraries.loaded.error;
+  if (libraries?.snapshot) {
+    const mismatch = libraryMismatch(libraries.manifest, libraries.loaded.libraries);
+    if (mismatch) throw new Error(`the snapshot's libraries are not where they were: ${mismatch}`);
+    module.growMemory(libraries.snapshot.byteLength); // restoreSnapshot copies without growing
+  }
   return module;
 }
 
@@ -160,17 +206,16 @@ async function boot({ modules, python }) {
   const { loadPyodide } = await pyodideLoader;
   mark("loader");
   const downloads = { bundle, natives, sources };
-  const snapshot = await cached;
-  let made = null;
-  const firstVisit = {
-    makeSnapshot: canKeepSnapshots(snapshotConfig),
-    madeSnapshot: (bytes) => {
-      made = bytes;
-    },
-  };
-  if (snapshot) {
+  const kept = await cached;
+  const unpacked = kept && unpackSnapshot(kept);
+  if (kept && !unpacked) {
+    mark("snapshot-failed"); // not one this worker wrote (damaged, or of another format)
+    await forgetSnapshot(snapshotConfig);
+  }
+  const firstVisit = { makeSnapshot: canKeepSnapshots(snapshotConfig) && python.native.length > 0 };
+  if (unpacked) {
     try {
-      bridge = await startPython(loadPyodide, python, downloads, { snapshot });
+      bridge = await startPython(loadPyodide, python, downloads, unpacked);
     } catch {
       // A snapshot that does not restore (or a boot from it that fails): forget it, boot as a first visit.
       mark("snapshot-failed");
@@ -184,16 +229,19 @@ async function boot({ modules, python }) {
   mark("imported");
   self.postMessage({ type: "timings", marks });
   progress("ready", 1, "Ready");
-  if (made) setTimeout(() => storeSnapshot(snapshotConfig, made), 0); // after the boot's answer
+  if (pendingSnapshot) pendingSnapshot.config = snapshotConfig;
   return { seconds: (performance.now() - started) / 1000, failures: [] };
 }
 
 /**
- * loadPyodide (from `snapshot` when given; copying memory into madeSnapshot right after it when
- * makeSnapshot), the bundle and the extensions in place, then `import trainmem_web`: the bridge.
+ * loadPyodide, the bundle and the extensions in place, then `import trainmem_web`: the bridge.
+ * From `snapshot` (and its `manifest`) when given: the libraries loaded first where the manifest
+ * says, the memory restored, the files written again, nothing imported. With makeSnapshot: the
+ * libraries loaded first, and a snapshot made later, when the page is idle (pendingSnapshot).
  */
-async function startPython(loadPyodide, python, { bundle, natives, sources }, { snapshot = null, makeSnapshot = false, madeSnapshot = null }) {
+async function startPython(loadPyodide, python, { bundle, natives, sources }, { snapshot = null, manifest = null, makeSnapshot = false }) {
   let sitePackages = null;
+  const libraries = snapshot || makeSnapshot ? { natives, manifest, snapshot, loaded: { libraries: [], error: null } } : null;
   // PYDANTIC_DISABLE_PLUGINS: pydantic otherwise scans every installed distribution's entry points
   // (importlib.metadata) when it builds its first model; the page has no pydantic plugin.
   const pyodide = await loadPyodide({
@@ -205,16 +253,13 @@ async function startPython(loadPyodide, python, { bundle, natives, sources }, { 
     },
     stdout: () => {},
     stderr: () => {},
-    createPyodideModule,
+    createPyodideModule: (settings) => createPyodideModule(settings, libraries),
     ...(snapshot ? { _loadSnapshot: snapshot } : makeSnapshot ? { _makeSnapshot: true } : {}),
   });
   mark("loadpyodide");
   if (snapshot) {
     mark("snapshot-restored");
     pyodide.runPython("import random; random.seed()"); // not the seed of the visit that made the snapshot
-  } else if (makeSnapshot) {
-    madeSnapshot(pyodide.makeMemorySnapshot()); // before any dynamic library is loaded (snapshot.js)
-    mark("snapshot-made");
   }
   progress("packages", 0.6, "Loading trainmem and pydantic…");
   const zipPath = "/lib/trainmem-site-packages.zip";
@@ -225,12 +270,20 @@ async function startPython(loadPyodide, python, { bundle, natives, sources }, { 
     const path = `${sitePackages}/${lib.path}`;
     pyodide.FS.mkdirTree(path.slice(0, path.lastIndexOf("/")));
     pyodide.FS.writeFile(path, lib.bytes); // the import system finds the file; its code is preloaded
-    const flags = { loadAsync: true, nodelete: true, allowUndefined: true };
-    Module.preloadedWasm[path] = await Module.loadWebAssemblyModule(lib.wasm, flags, path, {});
+    if (!libraries) Module.preloadedWasm[path] = await Module.loadWebAssemblyModule(lib.wasm, LIBRARY_FLAGS, path, {});
     nativePaths[lib.module] = path;
   }
   for (const [name, source] of await sources) pyodide.FS.writeFile(`/home/pyodide/${name}`, source);
   mark("files");
+  if (snapshot) {
+    // Python's state is the snapshot's: trainmem is imported. One call into pydantic-core (through
+    // the function table the library filled again) before the page relies on it; a failure
+    // throws, and boot() forgets the snapshot and starts again.
+    pyodide.runPython("import sys, pydantic\nassert 'trainmem_web' in sys.modules\nassert pydantic.TypeAdapter(int).validate_python('3') == 3");
+    mark("snapshot-checked");
+    return pyodide.pyimport("trainmem_web");
+  }
+  if (makeSnapshot && sitePackages === SITE_PACKAGES) pendingSnapshot = { pyodide, libraries: libraries.loaded.libraries, config: null };
   progress("import", 0.8, "Importing trainmem…");
   try {
     const namespace = pyodide.globals.get("dict")();
@@ -240,6 +293,51 @@ async function startPython(loadPyodide, python, { bundle, natives, sources }, { 
     return pyodide.pyimport("trainmem_web");
   } catch (error) {
     throw new Error(`cannot import trainmem in Pyodide: ${error.message}`);
+  }
+}
+
+/**
+ * The snapshot a first visit makes (snapshot.js): {pyodide, libraries, config} until it is made.
+ * It is made IDLE_MS after the last answer, once the engine has answered a compute, and only when
+ * no request has arrived meanwhile (each one postpones it; requests run one at a time in this
+ * worker, so none runs while it is made). It copies the memory (about 0.1 s), then stores it.
+ */
+let pendingSnapshot = null;
+let snapshotTimer = null;
+let computed = false;
+let requestsRunning = 0;
+const IDLE_MS = 1000;
+
+function postponeSnapshot() {
+  if (snapshotTimer !== null) clearTimeout(snapshotTimer);
+  snapshotTimer = null;
+  if (pendingSnapshot && computed && requestsRunning === 0) snapshotTimer = setTimeout(makeSnapshot, IDLE_MS);
+}
+
+function makeSnapshot() {
+  snapshotTimer = null;
+  const pending = pendingSnapshot;
+  if (!pending || !pending.config || requestsRunning > 0) return;
+  pendingSnapshot = null; // one try per visit
+  const from = marks.length;
+  try {
+    const Module = pending.pyodide._module;
+    const libraries = pending.libraries.map((where) => ({
+      ...where,
+      handles: Object.entries(Module.LDSO.loadedLibsByHandle)
+        .filter(([handle, dso]) => Number(handle) !== 0 && dso.name === where.path)
+        .map(([handle]) => Number(handle)),
+    }));
+    const memory = pending.pyodide.makeMemorySnapshot();
+    mark("snapshot-made");
+    const parts = packSnapshot({ libraries, memory_bytes: Module.HEAP8.length }, memory);
+    storeSnapshot(pending.config, parts).then((stored) => {
+      mark(stored ? "snapshot-stored" : "snapshot-not-stored");
+      self.postMessage({ type: "timings", marks: marks.slice(from) });
+    });
+  } catch {
+    mark("snapshot-not-made"); // e.g. a JavaScript object Python holds that Pyodide cannot serialise
+    self.postMessage({ type: "timings", marks: marks.slice(from) });
   }
 }
 
@@ -257,10 +355,16 @@ const handlers = {
 
 self.addEventListener("message", async (event) => {
   const { id, type, ...payload } = event.data;
+  requestsRunning += 1;
+  postponeSnapshot();
   try {
     const result = await handlers[type](payload);
+    if (type === "compute") computed = true;
     self.postMessage({ id, result });
   } catch (error) {
     self.postMessage({ id, error: String(error && error.message ? error.message : error) });
+  } finally {
+    requestsRunning -= 1;
+    postponeSnapshot();
   }
 });
