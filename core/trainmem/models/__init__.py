@@ -68,6 +68,8 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "seed_oss": ("seed_oss", "SeedOss"),
     "falcon": ("falcon", "Falcon"),
     "falcon_h1": ("falcon_h1", "FalconH1"),
+    "lfm2": ("lfm2", "Lfm2"),
+    "lfm2_moe": ("lfm2_moe", "Lfm2Moe"),
     "bert": ("bert", "Bert"),
     "roberta": ("roberta", "Roberta"),
     "xlm-roberta": ("roberta", "XLMRoberta"),
