@@ -125,6 +125,12 @@ LFM2_SMALL = {"model_type": "lfm2", **FAMILY_COMMON, **IDS, "num_hidden_layers":
 LFM2_MOE_SMALL = {"model_type": "lfm2_moe", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "num_key_value_heads": 2,
                   "layer_types": ["conv", "conv", "full_attention", "conv"], "num_dense_layers": 1,
                   "moe_intermediate_size": 128, "num_experts": 4, "num_experts_per_tok": 2}
+# OLMo Hybrid scaled down: three pre-norm Gated DeltaNet layers (separate q/k/v/a/b/g projections, beta doubled) and
+# one post-norm OLMo 3 attention layer (q/k norms over the projections, fp32 rotary tables).
+OLMO_HYBRID_SMALL = {"model_type": "olmo_hybrid", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4,
+                     "num_key_value_heads": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+                     "linear_key_head_dim": 32, "linear_value_head_dim": 32}
+OLMO_HYBRID_NOPE_SMALL = {**OLMO_HYBRID_SMALL, "rope_parameters": {"rope_theta": None}}
 # Qwen3-Next scaled down: three Gated DeltaNet layers and one gated full-attention layer (layer_types' default),
 # grouped value heads (8 value heads over 4 key heads), partial RoPE, routed experts plus a gated shared expert.
 QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
@@ -702,6 +708,15 @@ CASES: list[dict[str, Any]] = [
     case("qwen3next-80b-bf16-lora-all-b1-s512-fake", "qwen3-next-80b-a3b", batch=1, seq=512, precision="bf16-pure",
          lora={"r": 16, "target_modules": "all-linear"}, fake=True,
          description="Qwen3-Next-80B-A3B (512 experts, 36 Gated DeltaNet layers) LoRA on everything PEFT adapts."),
+    # ---------------------------------------------------------------- hybrid linear attention (OLMo Hybrid)
+    case("olmohybrid-small-fp32-adamw-b2-s256", OLMO_HYBRID_SMALL, batch=2, seq=256,
+         description="OLMo Hybrid: pre-norm Gated DeltaNet layers (torch fallback) and post-norm OLMo 3 attention."),
+    case("olmohybrid-small-ampbf16-adamw-b2-s256", OLMO_HYBRID_SMALL, batch=2, seq=256, precision="amp-bf16"),
+    case("olmohybrid-small-bf16-lora-all-b2-s256", OLMO_HYBRID_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    case("olmohybrid-small-nope-ampbf16-adamw-ckpt-b2-s200", OLMO_HYBRID_NOPE_SMALL, batch=2, seq=200,
+         precision="amp-bf16", checkpointing="full",
+         description="As released: no RoPE (rope_theta null); the sequence padded to the 64-token chunk."),
     # ---------------------------------------------------------------- hybrid linear attention (Qwen3.5)
     case("qwen3_5-small-fp32-adamw-b2-s256", QWEN3_5_SMALL, batch=2, seq=256,
          description="Qwen3.5 dense: split Gated DeltaNet projections (in_proj_qkv, z, b, a), gated attention, mRoPE."),

@@ -140,3 +140,42 @@ def test_lfm2_states_the_torch_fallback_it_models():
     assert any("causal_conv1d_fn" in note for note in arch.not_counted)
     attention_only = architecture_from_hf_config({"model_type": "lfm2", **SMALL})
     assert attention_only.not_counted == ()
+
+
+# ---------------------------------------------------------------------------- OLMo Hybrid
+
+
+def test_olmo_hybrid_reads_the_class_defaults_of_its_gated_deltanet():
+    """key/value heads = attention heads, key head dim int(0.75·h / heads), value head dim twice that."""
+    arch = architecture_from_hf_config({"model_type": "olmo_hybrid", **SMALL, "num_hidden_layers": 4})
+    assert (arch.linear_num_key_heads, arch.linear_num_value_heads) == (4, 4)
+    assert (arch.linear_key_head_dim, arch.linear_value_head_dim) == (12, 24)
+    assert arch.linear_attention_layers == (0, 1, 2) and arch.norm_position == "post" and arch.qk_norm_over == "projection"
+    assert arch.linear_allow_neg_eigval and arch.nope_layers == ()
+
+
+def test_olmo_hybrid_needs_both_layer_kinds_and_defaults_the_last_layer_to_attention():
+    base = {"model_type": "olmo_hybrid", **SMALL}
+    assert architecture_from_hf_config(base).linear_attention_layers == (0, 1)  # no 4th layer: the last is attention
+    refused({**base, "layer_types": ["linear_attention"] * 3}, "layer_types", "at least one 'full_attention'")
+    refused({**base, "layer_types": ["full_attention"] * 3}, "layer_types", "at least one 'linear_attention'")
+    refused({**base, "linear_num_value_heads": 6, "linear_num_key_heads": 4}, "linear_num_value_heads", "multiple")
+
+
+def test_olmo_hybrid_without_rope_theta_has_no_rotary_embedding():
+    """The release's ``rope_parameters: {"rope_theta": null}``: no rotary_emb, no tables, no RoPE on any layer."""
+    config = {"model_type": "olmo_hybrid", **SMALL, "rope_parameters": {"rope_theta": None}}
+    arch = architecture_from_hf_config(config)
+    family = family_for(arch)
+    assert arch.nope_layers == (0, 1, 2) and not family.has_rotary_embedding(arch)
+    assert family.rotary_tables_bytes(arch, 128, 2) == []
+    roped = architecture_from_hf_config({"model_type": "olmo_hybrid", **SMALL})
+    assert family.rotary_tables_bytes(roped, 128, 2) == [128 * 16 * 4] * 2  # fp32 whatever the model's dtype
+
+
+def test_olmo_hybrid_lora_all_linear_adapts_every_projection_but_not_the_conv():
+    arch = architecture_from_hf_config({"model_type": "olmo_hybrid", **SMALL})
+    targets = resolve_lora_targets(LoRAConfig(r=8, target_modules="all-linear"), family_for(arch), build_inventory(arch))
+    expected = {f"linear_attn.{name}" for name in ("q_proj", "k_proj", "v_proj", "a_proj", "b_proj", "g_proj", "o_proj")}
+    assert expected | {"self_attn.q_proj", "self_attn.o_proj", "mlp.down_proj"} <= set(targets.modules)
+    assert "linear_attn.conv1d" not in targets.modules

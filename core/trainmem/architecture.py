@@ -182,6 +182,9 @@ class Architecture(FrozenModel):
         "(kernel linear_conv_kernel_dim), not Gated DeltaNet."
     )
     short_conv_bias: bool = Field(default=False, description="LFM2's conv_bias: biases on the short convolution's modules.")
+    linear_allow_neg_eigval: bool = Field(
+        default=False, description="OLMo Hybrid: the Gated DeltaNet's beta is doubled (sigmoid(b) * 2, a new tensor)."
+    )
     falcon_new_decoder_architecture: bool = Field(
         default=False, description="Falcon-40B/180B: key/value groups broadcast to their query heads (copies)."
     )

@@ -41,6 +41,7 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "phimoe": ("phimoe", "Phimoe"),
     "olmo2": ("olmo2", "Olmo2"),
     "olmo3": ("olmo3", "Olmo3"),
+    "olmo_hybrid": ("olmo_hybrid", "OlmoHybrid"),
     "smollm3": ("smollm3", "SmolLM3"),
     "starcoder2": ("starcoder2", "Starcoder2"),
     "granite": ("granite", "Granite"),
