@@ -217,12 +217,9 @@ class Lfm2Program(LayerProgram):
             if bias is not None:
                 bias = tape.to(bias, tape.autocast, cache=bias.requires_grad)
         padded = tape.new(shape.batch * h * (shape.seq + kernel - 1), x_in.dtype, True)
-        tape.record(
-            "conv1d",
-            [x_in if w_in.requires_grad else None, w_in if x_in.requires_grad else None],
-            [x_in, w_in] + ([bias] if bias is not None else []),
-            [padded],
-        )
+        # ConvolutionBackward0 saves input and weight whenever anything needs a gradient (one convolution_backward
+        # formula for all outputs, derivatives.yaml): a frozen conv (LoRA) still keeps its input (measured).
+        tape.record("conv1d", [x_in, w_in], [x_in, w_in] + ([bias] if bias is not None else []), [padded])
         if x_in is not conv_in:
             tape.release(x_in)
         if conv_in is not x:
