@@ -179,3 +179,22 @@ def test_olmo_hybrid_lora_all_linear_adapts_every_projection_but_not_the_conv():
     expected = {f"linear_attn.{name}" for name in ("q_proj", "k_proj", "v_proj", "a_proj", "b_proj", "g_proj", "o_proj")}
     assert expected | {"self_attn.q_proj", "self_attn.o_proj", "mlp.down_proj"} <= set(targets.modules)
     assert "linear_attn.conv1d" not in targets.modules
+
+
+@pytest.mark.parametrize("model_type", ["lfm2", "lfm2_moe", "olmo_hybrid"])
+def test_bitsandbytes_quantizes_the_linear_modules_only(model_type):
+    """``replace_with_bnb_linear`` swaps ``nn.Linear`` modules: not the depthwise conv, the router parameter, the
+    fused experts, A_log/dt_bias or the norms."""
+    config = {"model_type": model_type, **SMALL, "num_hidden_layers": 4, "num_experts": 4, "num_experts_per_tok": 2,
+              "num_dense_layers": 1, "layer_types": ["conv", "full_attention", "conv", "conv"]}
+    if model_type == "olmo_hybrid":
+        config = {"model_type": model_type, **SMALL, "num_hidden_layers": 4}
+    arch = architecture_from_hf_config(config)
+    family = family_for(arch)
+    quantized, kept = set(), set()
+    for kind in arch.layer_kinds():
+        for tensor in family.layer(kind.architecture):
+            (quantized if family.quantized_by_bitsandbytes(tensor) else kept).add(tensor.module)
+    assert not {"conv.conv", "linear_attn.conv1d", "feed_forward.gate", "feed_forward.experts"} & quantized
+    assert {"self_attn.q_proj"} <= quantized
+    assert ({"conv.in_proj", "conv.out_proj"} if model_type != "olmo_hybrid" else {"linear_attn.g_proj"}) <= quantized
