@@ -130,7 +130,7 @@ LFM2_MOE_SMALL = {"model_type": "lfm2_moe", **FAMILY_COMMON, **IDS, "num_hidden_
 OLMO_HYBRID_SMALL = {"model_type": "olmo_hybrid", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4,
                      "num_key_value_heads": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
                      "linear_key_head_dim": 32, "linear_value_head_dim": 32}
-OLMO_HYBRID_NOPE_SMALL = {**OLMO_HYBRID_SMALL, "rope_parameters": {"rope_theta": None}}
+OLMO_HYBRID_NOPE_SMALL = {**OLMO_HYBRID_SMALL, "rope_parameters": {"rope_theta": None, "rope_type": "default"}}
 # Qwen3-Next scaled down: three Gated DeltaNet layers and one gated full-attention layer (layer_types' default),
 # grouped value heads (8 value heads over 4 key heads), partial RoPE, routed experts plus a gated shared expert.
 QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
