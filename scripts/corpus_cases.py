@@ -116,6 +116,21 @@ PHIMOE_SMALL = {"model_type": "phimoe", **FAMILY_COMMON, "intermediate_size": 25
                 "num_experts_per_tok": 2, "attention_bias": True, "lm_head_bias": True, "input_jitter_noise": 0.01,
                 "router_jitter_noise": 0.01}
 PHIMOE_ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+# LFM2 scaled down: three gated short-convolution layers around one GQA attention layer (per-head q/k norms);
+# block_multiple_of 64 makes the MLP int(2 * 688 / 3) = 458 rounded up to 512.
+LFM2_SMALL = {"model_type": "lfm2", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "num_key_value_heads": 2,
+              "layer_types": ["conv", "conv", "full_attention", "conv"], "block_multiple_of": 64}
+# LFM2-MoE scaled down: LFM2_SMALL's layers, a dense first layer, then sigmoid-routed experts (top-2 of 4) with the
+# expert_bias buffer.
+LFM2_MOE_SMALL = {"model_type": "lfm2_moe", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "num_key_value_heads": 2,
+                  "layer_types": ["conv", "conv", "full_attention", "conv"], "num_dense_layers": 1,
+                  "moe_intermediate_size": 128, "num_experts": 4, "num_experts_per_tok": 2}
+# OLMo Hybrid scaled down: three pre-norm Gated DeltaNet layers (separate q/k/v/a/b/g projections, beta doubled) and
+# one post-norm OLMo 3 attention layer (q/k norms over the projections, fp32 rotary tables).
+OLMO_HYBRID_SMALL = {"model_type": "olmo_hybrid", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4,
+                     "num_key_value_heads": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+                     "linear_key_head_dim": 32, "linear_value_head_dim": 32}
+OLMO_HYBRID_NOPE_SMALL = {**OLMO_HYBRID_SMALL, "rope_parameters": {"rope_theta": None, "rope_type": "default"}}
 # Qwen3-Next scaled down: three Gated DeltaNet layers and one gated full-attention layer (layer_types' default),
 # grouped value heads (8 value heads over 4 key heads), partial RoPE, routed experts plus a gated shared expert.
 QWEN3_NEXT_SMALL = {"model_type": "qwen3_next", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
@@ -670,6 +685,24 @@ CASES: list[dict[str, Any]] = [
          precision="amp-bf16", implementation="for-loop", fake=True, extra={"batch": "padded_masked"},
          description="TinyLlama (GQA) on fake tensors, padded rows with an attention_mask: 22 layers' additive "
          "(2, 1, 1024, 1024) masks and repeated K/V kept for backward"),
+    # ---------------------------------------------------------------- gated short convolutions (LFM2)
+    case("lfm2-small-fp32-adamw-b2-s256", LFM2_SMALL, batch=2, seq=256,
+         description="LFM2: gated short convolutions (torch fallback of causal_conv1d_fn) and GQA attention."),
+    case("lfm2-small-ampbf16-adamw-b2-s256", LFM2_SMALL, batch=2, seq=256, precision="amp-bf16"),
+    case("lfm2-small-ampbf16-adamw-ckpt-b2-s512", LFM2_SMALL, batch=2, seq=512, precision="amp-bf16",
+         checkpointing="full"),
+    case("lfm2-small-bf16-lora-all-b2-s256", LFM2_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: in_proj and out_proj of the convolutions, q/k/v/out_proj, w1/w3/w2."),
+    case("lfm2-small-fp32-adamw-eager-b1-s512", LFM2_SMALL, batch=1, seq=512, attention="eager"),
+    case("lfm2-1.2b-bf16-adamw-b1-s2048-fake", "lfm2-1.2b", batch=1, seq=2048, precision="bf16-pure", fake=True,
+         description="LFM2-1.2B on fake tensors: ten short-convolution and six attention layers."),
+    case("lfm2moe-small-fp32-adamw-b2-s256", LFM2_MOE_SMALL, batch=2, seq=256,
+         description="LFM2-MoE: sigmoid router in the logits' dtype, expert_bias for the choice, fused experts."),
+    case("lfm2moe-small-ampbf16-adamw-b2-s256", LFM2_MOE_SMALL, batch=2, seq=256, precision="amp-bf16"),
+    case("lfm2moe-small-bf16-lora-all-b2-s256", LFM2_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"},
+         description="LoRA all-linear: nn.Linear modules only (no MoE conversion for lfm2_moe in peft 0.21)."),
     # ---------------------------------------------------------------- hybrid linear attention (Qwen3-Next)
     case("qwen3next-small-fp32-adamw-b2-s256", QWEN3_NEXT_SMALL, batch=2, seq=256,
          description="Gated DeltaNet (torch fallback: chunked gated delta rule, causal conv1d) and gated attention."),
@@ -683,6 +716,15 @@ CASES: list[dict[str, Any]] = [
     case("qwen3next-80b-bf16-lora-all-b1-s512-fake", "qwen3-next-80b-a3b", batch=1, seq=512, precision="bf16-pure",
          lora={"r": 16, "target_modules": "all-linear"}, fake=True,
          description="Qwen3-Next-80B-A3B (512 experts, 36 Gated DeltaNet layers) LoRA on everything PEFT adapts."),
+    # ---------------------------------------------------------------- hybrid linear attention (OLMo Hybrid)
+    case("olmohybrid-small-fp32-adamw-b2-s256", OLMO_HYBRID_SMALL, batch=2, seq=256,
+         description="OLMo Hybrid: pre-norm Gated DeltaNet layers (torch fallback) and post-norm OLMo 3 attention."),
+    case("olmohybrid-small-ampbf16-adamw-b2-s256", OLMO_HYBRID_SMALL, batch=2, seq=256, precision="amp-bf16"),
+    case("olmohybrid-small-bf16-lora-all-b2-s256", OLMO_HYBRID_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    case("olmohybrid-small-nope-ampbf16-adamw-ckpt-b2-s200", OLMO_HYBRID_NOPE_SMALL, batch=2, seq=200,
+         precision="amp-bf16", checkpointing="full",
+         description="As released: no RoPE (rope_theta null); the sequence padded to the 64-token chunk."),
     # ---------------------------------------------------------------- hybrid linear attention (Qwen3.5)
     case("qwen3_5-small-fp32-adamw-b2-s256", QWEN3_5_SMALL, batch=2, seq=256,
          description="Qwen3.5 dense: split Gated DeltaNet projections (in_proj_qkv, z, b, a), gated attention, mRoPE."),

@@ -105,6 +105,30 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [1], "attention_bias": True,
         "layer_types": ["full_attention", "linear_attention", "linear_attention"],
     },
+    "lfm2": {
+        "model_type": "lfm2", **SMALL, "num_hidden_layers": 4, "intermediate_size": 144, "block_multiple_of": 16,
+        "layer_types": ["conv", "full_attention", "conv", "conv"],
+    },
+    "lfm2-idxs-bias": {  # the older names: block_ff_dim, tie_embedding, full_attn_idxs; conv_bias; a multiplier
+        "model_type": "lfm2", **SMALL, "block_ff_dim": 100, "block_ffn_dim_multiplier": 1.5, "block_multiple_of": 8, "conv_bias": True,
+        "conv_L_cache": 4, "full_attn_idxs": [2], "tie_embedding": False,
+    },
+    "lfm2-no-adjust": {
+        "model_type": "lfm2", **SMALL, "intermediate_size": 80, "block_auto_adjust_ff_dim": False,
+        "layer_types": ["conv", "conv", "full_attention"], "head_dim": 32,
+    },
+    "lfm2_moe": {
+        "model_type": "lfm2_moe", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "num_experts": 4, "num_experts_per_tok": 2, "num_dense_layers": 1, "layer_types": ["conv", "full_attention", "conv", "conv"],
+    },
+    "olmo_hybrid": {
+        "model_type": "olmo_hybrid", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 8,
+    },
+    "olmo_hybrid-layer-types": {  # the class's head dims (0.75·h/heads, twice that), a head_dim, biases
+        "model_type": "olmo_hybrid", **SMALL, "intermediate_size": 96, "head_dim": 8, "attention_bias": True,
+        "layer_types": ["full_attention", "linear_attention", "linear_attention"], "linear_allow_neg_eigval": False,
+    },
     "qwen3_5_text": {
         "model_type": "qwen3_5_text", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "head_dim": 16,
         "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 8,

@@ -67,6 +67,10 @@ PUBLISHED_COUNTS = {
     "apertus-8b": 8_053_338_176,  # card: 8B
     "falcon-h1-0.5b": 521_411_104,  # card: 0.5B
     "falcon-h1-7b": 7_585_513_568,  # card: 7B
+    "lfm2-350m": 354_483_968,  # card: 354M
+    "lfm2-700m": 742_489_344,  # card: 742M
+    "lfm2-1.2b": 1_170_340_608,  # card: 1.17B
+    "lfm2-2.6b": 2_569_272_320,  # card: 2.57B
     "glm-4.7-flash": 29_943_390_976,  # card: 30B-A3B (+ one multi-token-prediction layer, not built by transformers)
     "hunyuan-7b": 7_504_568_320,  # card: 7B
     "hunyuan-a13b": 80_393_183_232,  # card: 80B (13B active)

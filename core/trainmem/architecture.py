@@ -178,6 +178,14 @@ class Architecture(FrozenModel):
     linear_key_head_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: query/key head width.")
     linear_value_head_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: value head width.")
     linear_conv_kernel_dim: Optional[PositiveInt] = Field(default=None, description="Gated DeltaNet: causal conv1d kernel.")
+    short_conv: bool = Field(
+        default=False, description="LFM2: the layers in linear_attention_layers are gated short convolutions "
+        "(kernel linear_conv_kernel_dim), not Gated DeltaNet."
+    )
+    short_conv_bias: bool = Field(default=False, description="LFM2's conv_bias: biases on the short convolution's modules.")
+    linear_allow_neg_eigval: bool = Field(
+        default=False, description="OLMo Hybrid: the Gated DeltaNet's beta is doubled (sigmoid(b) * 2, a new tensor)."
+    )
     falcon_new_decoder_architecture: bool = Field(
         default=False, description="Falcon-40B/180B: key/value groups broadcast to their query heads (copies)."
     )

@@ -773,6 +773,8 @@ def check_divisibility(architecture: Architecture, setup: Setup) -> None:
     )
     if architecture.linear_attention_layers:  # the layers' traces refuse a split mixer too (mamba2_mixer, qwen3_next)
         mixer = "Mamba-2" if architecture.mamba is not None else "Gated DeltaNet"
+        if architecture.short_conv:
+            mixer = "short-convolution"
         need(tp == 1, tp_field, f"tensor parallelism of {architecture.model_type}'s {mixer} layers is not modelled yet; use 1")
         need(
             not parallel.sequence_parallel,

@@ -373,9 +373,9 @@ class Qwen3NextProgram(GemmaProgram):
             x_in = tape.to(conv_in, tape.autocast)
             w_in = tape.to(weight, tape.autocast, cache=weight.requires_grad)
         padded = tape.new(shape.batch * conv_dim * (shape.seq + kernel - 1), x_in.dtype, True)
-        tape.record(
-            "conv1d", [x_in if w_in.requires_grad else None, w_in if x_in.requires_grad else None], [x_in, w_in], [padded]
-        )
+        # ConvolutionBackward0 saves input and weight whenever anything needs a gradient (derivatives.yaml: one
+        # convolution_backward formula): a frozen conv1d (LoRA) keeps its input too (measured on LFM2's conv).
+        tape.record("conv1d", [x_in, w_in], [x_in, w_in], [padded])
         if x_in is not conv_in:
             tape.release(x_in)
         if conv_in is not mixed:
