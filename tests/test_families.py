@@ -33,6 +33,10 @@ FAMILY_CONFIGS: dict[str, dict] = {
     "llama-bias": {"model_type": "llama", **SMALL, "intermediate_size": 96, "attention_bias": True, "mlp_bias": True},
     "mistral": {"model_type": "mistral", **SMALL, "intermediate_size": 96},
     "mixtral": {"model_type": "mixtral", **SMALL, "intermediate_size": 96, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "ministral3": {"model_type": "ministral3", **SMALL, "head_dim": 32, "intermediate_size": 96},
+    "ministral3-window-tied": {
+        "model_type": "ministral3", **SMALL, "intermediate_size": 96, "sliding_window": 16, "tie_word_embeddings": True,
+    },
     "qwen2": {"model_type": "qwen2", **SMALL, "intermediate_size": 96},
     "qwen2_moe": {
         "model_type": "qwen2_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32,

@@ -70,6 +70,7 @@ PUBLISHED_COUNTS = {
     "hunyuan-7b": 7_504_568_320,  # card: 7B
     "hunyuan-a13b": 80_393_183_232,  # card: 80B (13B active)
     "minimax-m2": 228_689_748_992,  # card: 230B (10B active; + 3 multi-token-prediction modules, not built)
+    "ministral-3-8b": 8_489_553_920,  # card: 8.4B language model (+ 0.4B vision encoder, not counted)
 }
 
 REQUIRED_PRESETS = [

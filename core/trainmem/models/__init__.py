@@ -30,6 +30,8 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "llama": ("llama", "Llama"),
     "mistral": ("mistral", "Mistral"),
     "mixtral": ("mistral", "Mixtral"),
+    "ministral3": ("ministral3", "Ministral3"),
+    "mistral4": ("mistral4", "Mistral4"),
     "minimax_m2": ("minimax_m2", "MiniMaxM2"),
     "qwen2": ("qwen2", "Qwen2"),
     "qwen2_moe": ("qwen2", "Qwen2Moe"),

@@ -1,0 +1,81 @@
+"""Ministral 3, Mistral 4 and DeepSeek-V3.2: what their readers take from a config.json, the configs copied into
+tests/data/hf_configs_2026c (each names its source in ``_source``), and what each layer program replays that the
+shared blocks do not.
+
+Counts against transformers and PEFT are in tests/test_families.py (small configs) and tests/test_presets.py
+(the published checkpoints); measured steps in the corpus (scripts/families_2026c_cases.py: ministral3-*,
+mistral4-*, deepseekv32-*).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainmem import estimate
+from trainmem.catalogs import presets
+from trainmem.errors import FieldError
+from trainmem.models import architecture_from_hf_config, family_for
+from trainmem.setup import Setup
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs_2026c"
+SMALL = dict(vocab_size=512, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=96)
+MINISTRAL3 = {"model_type": "ministral3", **SMALL, "head_dim": 32}
+
+
+def refused(config: dict, field: str, message: str) -> None:
+    """The reader refuses ``config`` in one FieldError naming ``field``."""
+    with pytest.raises(FieldError, match=message) as error:
+        architecture_from_hf_config(config)
+    assert error.value.field == field
+
+
+def peak_bytes(config: dict, **setup) -> int:
+    return estimate(Setup.model_validate({"model": {"hf_config": config}, "micro_batch_size": 2,
+                                          "sequence_length": 128, **setup})).peak_allocated_bytes
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda path: path.stem)
+def test_published_config_is_the_preset_and_names_its_source(path):
+    config = json.loads(path.read_text())
+    assert config.pop("_source")
+    assert presets()[path.stem].config == config
+
+
+# ---------------------------------------------------------------------- Ministral 3
+def test_ministral3_has_mistral_parameters():
+    ministral = architecture_from_hf_config(MINISTRAL3)
+    mistral = architecture_from_hf_config({**MINISTRAL3, "model_type": "mistral"})
+    names = lambda arch: [(t.name, t.shape) for t in family_for(arch).layer(arch)]  # noqa: E731
+    assert names(ministral) == names(mistral)
+
+
+def test_ministral3_query_temperature_costs_one_query_product_per_layer():
+    """The product is a new query-sized tensor whose input dies; what stays saved is the small scale tensor, so the
+    step's peak moves by less than one query per layer above Mistral's (measured: ministral3-* corpus cases)."""
+    ministral = peak_bytes(MINISTRAL3, precision="fp32")
+    mistral = peak_bytes({**MINISTRAL3, "model_type": "mistral"}, precision="fp32")
+    query_bytes = 2 * 128 * 4 * 32 * 4
+    assert 0 < ministral - mistral < query_bytes * SMALL["num_hidden_layers"]
+
+
+def test_ministral3_rope_parameters_need_the_llama4_scaling_entries():
+    refused({**MINISTRAL3, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
+            "rope_parameters.llama_4_scaling_beta", "Llama 4's temperature")
+    refused({**MINISTRAL3, "rope_parameters": {"rope_type": "default", "llama_4_scaling_beta": 0.1}},
+            "rope_parameters.original_max_position_embeddings", "expected a number")
+
+
+def test_ministral3_text_config_of_a_mistral3_wrapper():
+    text = {k: v for k, v in MINISTRAL3.items()}
+    arch = architecture_from_hf_config({"model_type": "mistral3", "text_config": text,
+                                        "vision_config": {"model_type": "pixtral"}})
+    assert arch.model_type == "ministral3"
+
+
+def test_ministral3_lora_needs_target_modules_as_peft_does():
+    with pytest.raises(ValueError, match="target_modules"):
+        Setup.model_validate({"model": {"hf_config": MINISTRAL3}, "finetuning": {"method": "lora"}})
