@@ -79,3 +79,41 @@ def test_ministral3_text_config_of_a_mistral3_wrapper():
 def test_ministral3_lora_needs_target_modules_as_peft_does():
     with pytest.raises(ValueError, match="target_modules"):
         Setup.model_validate({"model": {"hf_config": MINISTRAL3}, "finetuning": {"method": "lora"}})
+
+
+# ---------------------------------------------------------------------- Mistral 4
+MISTRAL4 = {"model_type": "mistral4", **SMALL, "moe_intermediate_size": 32, "n_routed_experts": 4,
+            "num_experts_per_tok": 2, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8, "v_head_dim": 16}
+
+
+def test_mistral4_is_latent_attention_with_a_softmax_router_and_no_correction_bias():
+    arch = architecture_from_hf_config(MISTRAL4)
+    assert arch.kv_lora_rank == 32 and arch.num_key_value_heads == arch.num_attention_heads  # GQA heads unread
+    assert arch.router_scoring == "softmax" and not arch.router_score_correction_bias
+    assert arch.rope_layout == "interleaved" and arch.dense_layers == ()
+    half = architecture_from_hf_config({**MISTRAL4, "rope_interleave": False, "first_k_dense_replace": 1})
+    assert half.rope_layout == "half" and half.dense_layers == (0,)
+
+
+def test_mistral4_query_temperature_and_router_differ_from_deepseek_v3():
+    v3 = {**MISTRAL4, "model_type": "deepseek_v3", "n_group": 1, "topk_group": 1, "first_k_dense_replace": 0}
+    assert peak_bytes(MISTRAL4, precision="fp32") != peak_bytes(v3, precision="fp32")
+
+
+def test_mistral4_bad_groups_name_their_field():
+    refused({**MISTRAL4, "n_group": 3}, "n_group", "must divide n_routed_experts")
+    refused({**MISTRAL4, "n_group": 4}, "n_group", "fewer than 2 experts per group")
+    refused({**MISTRAL4, "rope_parameters": {"rope_type": "default"}}, "rope_parameters.llama_4_scaling_beta",
+            "expected a number")
+
+
+def test_mistral4_lora_all_linear_leaves_router_and_experts_alone():
+    """No v4→v5 MoE conversion for mistral4 (transformers' conversion_mapping.py): only nn.Linear modules adapt."""
+    from trainmem.plan import Plan
+
+    setup = {"model": {"hf_config": MISTRAL4}, "finetuning": {"method": "lora", "lora": {"target_modules": "all-linear"}}}
+    plan = Plan(Setup.model_validate(setup))
+    v3 = {**MISTRAL4, "model_type": "deepseek_v3", "n_group": 1, "topk_group": 1, "first_k_dense_replace": 0}
+    converted = Plan(Setup.model_validate({**setup, "model": {"hf_config": v3}}))
+    assert plan.num_trainable_parameters < converted.num_trainable_parameters

@@ -71,6 +71,7 @@ PUBLISHED_COUNTS = {
     "hunyuan-a13b": 80_393_183_232,  # card: 80B (13B active)
     "minimax-m2": 228_689_748_992,  # card: 230B (10B active; + 3 multi-token-prediction modules, not built)
     "ministral-3-8b": 8_489_553_920,  # card: 8.4B language model (+ 0.4B vision encoder, not counted)
+    "mistral-small-4-119b": 118_972_826_624,  # card: 119B (Mistral4Config's defaults; the vision tower not counted)
 }
 
 REQUIRED_PRESETS = [

@@ -50,6 +50,7 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "gpt_neox": ("gpt_neox", "GPTNeoX"),
     "deepseek_v2": ("deepseek", "DeepseekV2"),
     "deepseek_v3": ("deepseek", "DeepseekV3"),
+    "deepseek_v32": ("deepseek_v32", "DeepseekV32"),
     "glm4": ("glm4", "Glm4"),
     "glm4_moe": ("glm4_moe", "Glm4Moe"),
     "glm4_moe_lite": ("glm4_moe_lite", "Glm4MoeLite"),

@@ -97,6 +97,9 @@ class Mistral4(DeepseekV3):
     router_scoring = "softmax"
     has_mtp_field = False
     has_mlp_bias_field = False
+    moe_lora_conversion = {}
+    """transformers 5.24 has no conversion pattern for mistral4 (conversion_mapping.py), so PEFT converts no v4 MoE
+    target names: ``all-linear`` adapts the ``nn.Linear`` modules only (not the router or the fused experts)."""
 
     def read_config(self, fields: ConfigFields) -> Architecture:
         check_llama4_scaling(fields)
