@@ -42,6 +42,10 @@ DEEPSEEK_V32_SMALL = {"model_type": "deepseek_v32", **FAMILY_COMMON, **IDS, "num
                       "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
                       "index_n_heads": 8, "index_head_dim": 32, "index_topk": 64}
 DEEPSEEK_V32_WIDE_INDEXER = {**DEEPSEEK_V32_SMALL, "index_n_heads": 32}
+# 64 indexer heads at 1024 tokens, a 1024-token vocabulary, checkpointing: the indexer's (1, 1024, 64, 1024) fp32
+# scores (256 MiB, twice at the relu) are the step's peak, in the forward.
+DEEPSEEK_V32_INDEXER_PEAK = {**DEEPSEEK_V32_SMALL, "vocab_size": 1024, "index_n_heads": 64,
+                             "max_position_embeddings": 2048}
 
 
 def families_2026c_cases(case: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
@@ -80,5 +84,8 @@ def families_2026c_cases(case: Callable[..., dict[str, Any]]) -> list[dict[str, 
         case("deepseekv32-small-bf16-adamw-b2-s256-fake", DEEPSEEK_V32_SMALL, batch=2, seq=256,
              precision="bf16-pure", fake=True),
         case("deepseekv32-wide-indexer-fp32-adamw-ckpt-b1-s512", DEEPSEEK_V32_WIDE_INDEXER, batch=1, seq=512,
-             checkpointing="full", description="32 indexer heads: the (b, s, H, s) scores set the step's peak."),
+             checkpointing="full", description="32 indexer heads with checkpointing: the causal mask the layers' "
+             "recompute needs stays alive (not modelled: about one (s, s) boolean under)."),
+        case("deepseekv32-indexer-peak-fp32-adamw-ckpt-b1-s1024", DEEPSEEK_V32_INDEXER_PEAK, batch=1, seq=1024,
+             checkpointing="full", description="The indexer's (b, s, H, s) fp32 scores set the peak, in the forward."),
     ]

@@ -117,3 +117,58 @@ def test_mistral4_lora_all_linear_leaves_router_and_experts_alone():
     v3 = {**MISTRAL4, "model_type": "deepseek_v3", "n_group": 1, "topk_group": 1, "first_k_dense_replace": 0}
     converted = Plan(Setup.model_validate({**setup, "model": {"hf_config": v3}}))
     assert plan.num_trainable_parameters < converted.num_trainable_parameters
+
+
+# ---------------------------------------------------------------------- DeepSeek-V3.2
+DEEPSEEK_V32 = {"model_type": "deepseek_v32", **SMALL, "moe_intermediate_size": 32, "n_routed_experts": 4,
+                "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "q_lora_rank": 48, "kv_lora_rank": 32,
+                "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "index_n_heads": 4,
+                "index_head_dim": 16, "index_topk": 8, "first_k_dense_replace": 1}
+
+
+def test_deepseek_v32_reads_the_indexer_and_the_dense_layers():
+    arch = architecture_from_hf_config(DEEPSEEK_V32)
+    assert (arch.indexer_heads, arch.indexer_head_dim, arch.indexer_topk) == (4, 16, 8)
+    assert arch.dense_layers == (0,)
+    default = {k: v for k, v in DEEPSEEK_V32.items() if k != "first_k_dense_replace"}
+    assert architecture_from_hf_config({**default, "num_hidden_layers": 5}).dense_layers == (0, 1, 2)  # the class's 3
+    typed = architecture_from_hf_config({**DEEPSEEK_V32, "mlp_layer_types": ["sparse", "dense", "sparse"]})
+    assert typed.dense_layers == (1,)
+    assert architecture_from_hf_config({**DEEPSEEK_V32, "rope_interleave": False}).rope_layout == "interleaved"
+    mtp = architecture_from_hf_config({**DEEPSEEK_V32, "num_nextn_predict_layers": 1})
+    assert any("multi-token" in note for note in mtp.not_counted)
+
+
+def test_deepseek_v32_indexer_parameters_get_no_gradient_and_weights_proj_stays_unquantised():
+    from trainmem.inventory import build_inventory
+
+    arch = architecture_from_hf_config(DEEPSEEK_V32)
+    family = family_for(arch)
+    indexer = [t for t in family.layer(arch) if ".indexer." in t.name]
+    assert {t.name for t in indexer} == {
+        "self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight", "self_attn.indexer.k_norm.weight",
+        "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight"}
+    assert {t.group for t in indexer} == {"unused"}
+    quantised = {t.name for t in indexer if family.quantized_by_bitsandbytes(t)}
+    assert quantised == {"self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight"}
+    assert build_inventory(arch).num_parameters > build_inventory(
+        architecture_from_hf_config({**DEEPSEEK_V32, "model_type": "deepseek_v3", "first_k_dense_replace": 3})
+    ).num_parameters
+
+
+def test_deepseek_v32_bad_fields_name_themselves():
+    refused({**DEEPSEEK_V32, "q_lora_rank": None}, "q_lora_rank", "always has the query LoRA")
+    refused({**DEEPSEEK_V32, "index_head_dim": 4}, "index_head_dim", "at least qk_rope_head_dim")
+    refused({**DEEPSEEK_V32, "index_n_heads": "8"}, "index_n_heads", "integer")
+
+
+def test_deepseek_v32_indexer_scores_grow_with_its_heads_at_long_sequences():
+    """The (b, s, H, s) scores are transient but set the peak when they outweigh the saved activations (measured:
+    deepseekv32-indexer-peak-* in the corpus)."""
+    setup = dict(precision="fp32", activation_checkpointing="full")
+    few = estimate(Setup.model_validate({"model": {"hf_config": DEEPSEEK_V32}, "micro_batch_size": 1,
+                                         "sequence_length": 1024, **setup})).peak_allocated_bytes
+    many = estimate(Setup.model_validate({"model": {"hf_config": {**DEEPSEEK_V32, "index_n_heads": 32}},
+                                          "micro_batch_size": 1, "sequence_length": 1024, **setup})).peak_allocated_bytes
+    scores_bytes = 1024 * 1024 * 28 * 4  # 28 more heads of fp32 scores
+    assert many - few >= scores_bytes

@@ -45,6 +45,7 @@ PUBLISHED_COUNTS = {
     "pythia-12b": 11_846_072_320,
     "deepseek-v3": 671_026_404_352,  # card: 671B (+14B of multi-token prediction, not built by transformers)
     "deepseek-v2-lite": 15_706_484_224,  # card: 15.7B
+    "deepseek-v3.2": 671_877_929_216,  # card: 685B with the multi-token-prediction layer (not built); +0.85B of indexers over V3
     "gpt-oss-20b": 20_914_757_184,  # card: 21B
     "gpt-oss-120b": 116_829_156_672,  # card: 117B
     "qwen3-next-80b-a3b": 79_674_391_296,  # card: 80B (3B active)

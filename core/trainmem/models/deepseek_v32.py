@@ -113,9 +113,10 @@ class DeepseekV32Program(MlaProgram):
         kv_normed = self.rms_norm(names.kv_a_layernorm, kv_latent, tokens, kv_rank)
         q_rotated = self._mla_rope(q_rope)
         k_rotated = self._mla_rope(k_rope)
-        tape.release(compressed)
         query = self._concatenate(q_nope, q_rotated)
-        tape.release(q, q_rotated)
+        tape.release(q_rotated)
+        # q_pass and kv_pass / k_rot, views of q_b_proj's and kv_a_proj's outputs, are forward's locals: both
+        # outputs live until it returns (measured: a recomputed layer's indexer peak holds them)
         expanded = self.linear(names.kv_b_proj, kv_normed, kv_rank, heads * (nope + v_dim), False)
         tape.release(kv_normed)
         k_nope, value = tape.split(expanded, [tokens * heads * nope, tokens * heads * v_dim])
@@ -129,7 +130,7 @@ class DeepseekV32Program(MlaProgram):
         out = self._mla_attention_core(query, key, value)
         tape.release(query, key, expanded, mask)
         projected = self.linear(names.o_proj, out, heads * v_dim, shape.hidden, arch.attention_output_bias)
-        tape.release(out)
+        tape.release(out, q, compressed)
         return projected
 
     def _indexer_weight(self, name: str, numel: int) -> Sym:
@@ -148,16 +149,15 @@ class DeepseekV32Program(MlaProgram):
         q_rotated, k_rotated = self._indexer_rope(q, rows * heads * rope), self._indexer_rope(k, rows * rope)
         q_cat = tape.copy(q)  # torch.cat([q_rot, q_pass])
         k_cat = tape.copy(k)
-        tape.release(q, k, q_rotated, k_rotated)
+        # forward's locals q_pass/k_pass (views of q and k), q_rot/k_rot and the concatenations live until it returns
         q32, k32 = tape.to(q_cat, "fp32"), tape.to(k_cat, "fp32")
         raw = tape.matmul(q32, k32, b * s * heads * s)  # (b, s, H, D) @ (b, 1, D, s)
         for cast, original in ((q32, q_cat), (k32, k_cat)):
             if cast is not original:
                 tape.release(cast)
-        tape.release(q_cat, k_cat)
         scores = tape.scale(raw)  # * softmax_scale
         tape.release(raw)
-        relu = tape.scale(scores)
+        relu = tape.scale(scores)  # F.relu: rebinding `scores` frees the scaled ones; the relu lives until return
         tape.release(scores)
         weights_low = tape.linear(x, self._indexer_weight("weights_proj", shape.hidden * heads), heads)
         weights32 = tape.to(weights_low, "fp32")
@@ -166,7 +166,7 @@ class DeepseekV32Program(MlaProgram):
         weights = tape.scale(weights32)  # * n_heads ** -0.5
         tape.release(weights32)
         summed = tape.matmul(weights, relu, b * s * s)  # (b, s, 1, H) @ (b, s, H, s)
-        tape.release(weights, relu)
+        tape.release(weights)
         inverted = tape.new(b * s * s, "bool", False)  # ~attention_mask
         masked = tape.scale(summed)  # masked_fill(~attention_mask, -inf)
         tape.release(summed, inverted)
@@ -175,7 +175,7 @@ class DeepseekV32Program(MlaProgram):
         indices = tape.new(b * s * topk, "int64", False)
         tape.release(masked, values)
         indices32 = tape.new(b * s * topk, "int32", False)
-        tape.release(indices)
+        tape.release(indices, q, k, q_rotated, k_rotated, q_cat, k_cat, relu)
         return indices32
 
     def _indexer_rope(self, x: Sym, rope_numel: int) -> Sym:
@@ -232,11 +232,11 @@ class DeepseekV32(Glm4MoeLite):
         if arch.num_experts:
             if fields.has("mlp_layer_types"):
                 dense = dense_layers_from_mlp_layer_types(fields, arch.num_hidden_layers)
-            else:
+                if len(dense) == arch.num_hidden_layers:
+                    raise fields.fail("mlp_layer_types", "marks every layer dense; give n_routed_experts: 0 for a dense model")
+            else:  # DeepseekV32Config.__post_init__: the first first_k_dense_replace layers dense (as DeepSeek-V3)
                 dense = tuple(range(min(fields.integer("first_k_dense_replace", d["first_k_dense_replace"], minimum=0),
                                         arch.num_hidden_layers)))
-            if len(dense) == arch.num_hidden_layers:
-                raise fields.fail("mlp_layer_types", "marks every layer dense; give n_routed_experts: 0 for a dense model")
             update["dense_layers"] = dense
         return Architecture(**{**arch.model_dump(), **update})
 
