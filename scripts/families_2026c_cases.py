@@ -30,7 +30,9 @@ MISTRAL4_SMALL = {"model_type": "mistral4", **{k: v for k, v in FAMILY_COMMON.it
                   "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
                   "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 16.0,
                                       "original_max_position_embeddings": 128, "beta_fast": 32.0, "beta_slow": 1.0,
-                                      "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1}}
+                                      "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1,
+                                      # Mistral4Config.__post_init__ writes it into the dict it is given (rope / qk)
+                                      "partial_rotary_factor": 16 / 48}}
 
 # DeepSeek-V3.2-Exp scaled down (deepseek_v32): DeepSeek-V3's latent attention (as GLM-4.7-Flash's small case), the
 # first layer dense, the sigmoid group-limited router, one shared expert, and the lightning indexer (8 heads of 32,
