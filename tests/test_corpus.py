@@ -106,9 +106,7 @@ def _never_trained_parameters(arch) -> int:
         return 0
     from trainmem.inventory import build_inventory
 
-    # DeepSeek-V3.2's indexer is group "unused" too (no gradient: its forward runs under no_grad), but requires_grad
-    return sum(t.numel * g.count for g in build_inventory(arch).layer_groups for t in g.tensors
-               if t.group == "unused" and ".indexer." not in t.name)
+    return sum(t.numel * g.count for g in build_inventory(arch).layer_groups for t in g.tensors if t.group == "unused")
 
 
 # ---------------------------------------------------------------------- coverage of the issue's axes

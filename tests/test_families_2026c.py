@@ -148,7 +148,7 @@ def test_deepseek_v32_indexer_parameters_get_no_gradient_and_weights_proj_stays_
     assert {t.name for t in indexer} == {
         "self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight", "self_attn.indexer.k_norm.weight",
         "self_attn.indexer.k_norm.bias", "self_attn.indexer.weights_proj.weight"}
-    assert {t.group for t in indexer} == {"unused"}
+    assert {t.group for t in indexer} == {"no_grad"}
     quantised = {t.name for t in indexer if family.quantized_by_bitsandbytes(t)}
     assert quantised == {"self_attn.indexer.wq_b.weight", "self_attn.indexer.wk.weight"}
     assert build_inventory(arch).num_parameters > build_inventory(

@@ -218,8 +218,8 @@ class Plan:
     def tensor_trains(self, tensor: ParameterTensor, layer_index: Optional[int] = None) -> bool:
         """Whether a base-model tensor trains (LoRA/QLoRA freeze the whole base, but for the copies of
         ``modules_to_save``)."""
-        if tensor.group == "unused":  # on no path to the loss (models/vision_encoders.py): no gradient
-            return False
+        if tensor.group in ("unused", "no_grad"):  # on no path to the loss (models/vision_encoders.py), or used
+            return False  # under torch.no_grad() only (models/deepseek_v32.py's indexer): no gradient
         if self.lora:
             return tensor.name in self.saved_module_tensors
         groups, layers = self._frozen_groups
@@ -403,7 +403,7 @@ class Plan:
         count += sum(t.numel for t in inventory.head if self.tensor_trains(t) or t.group == "unused")
         for group in inventory.layer_groups:
             trainable_layers = sum(1 for i in group.indices if self.layer_trains(i))
-            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t))
+            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t) or t.group == "no_grad")
         return count
 
     # ------------------------------------------------------------------ bytes of model states

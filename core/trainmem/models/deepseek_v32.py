@@ -75,17 +75,20 @@ DEEPSEEK_V32_DEFAULTS = dict(
 """``DeepseekV32Config``'s defaults (modular_deepseek_v32.py; those of DeepSeek-V3.2-Exp)."""
 
 INDEXER = "self_attn.indexer"
+NO_GRAD = "no_grad"
+"""The indexer's group: ``requires_grad`` (counted among the trainable parameters, as the frameworks count them) but
+used under ``torch.no_grad()`` only, so no gradient and no optimizer state (plan.tensor_trains)."""
 
 
 def indexer_tensors(arch: Architecture) -> list[ParameterTensor]:
     """``DeepseekV32Indexer.__init__``: wq_b, wk, k_norm (LayerNorm, weight and bias), weights_proj — none trains."""
     h, heads, width = arch.hidden_size, arch.indexer_heads, arch.indexer_head_dim
     assert heads and width and arch.q_lora_rank
-    tensors = blocks.linear(f"{INDEXER}.wq_b", "unused", arch.q_lora_rank, heads * width, False)
-    tensors += blocks.linear(f"{INDEXER}.wk", "unused", h, width, False)
-    tensors += [ParameterTensor(f"{INDEXER}.k_norm.weight", "unused", (width,)),
-                ParameterTensor(f"{INDEXER}.k_norm.bias", "unused", (width,))]
-    tensors += blocks.linear(f"{INDEXER}.weights_proj", "unused", h, heads, False)
+    tensors = blocks.linear(f"{INDEXER}.wq_b", NO_GRAD, arch.q_lora_rank, heads * width, False)
+    tensors += blocks.linear(f"{INDEXER}.wk", NO_GRAD, h, width, False)
+    tensors += [ParameterTensor(f"{INDEXER}.k_norm.weight", NO_GRAD, (width,)),
+                ParameterTensor(f"{INDEXER}.k_norm.bias", NO_GRAD, (width,))]
+    tensors += blocks.linear(f"{INDEXER}.weights_proj", NO_GRAD, h, heads, False)
     return tensors
 
 
