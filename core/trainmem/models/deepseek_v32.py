@@ -233,7 +233,9 @@ class DeepseekV32(Glm4MoeLite):
             raise fields.fail("index_head_dim", f"must be at least qk_rope_head_dim ({arch.qk_rope_head_dim}): the "
                                                 f"indexer rotates its first qk_rope_head_dim features")
         if arch.num_experts:
-            if fields.has("mlp_layer_types"):
+            if fields.config.get("mlp_layer_types") is not None:  # a list, [] included (transformers refuses [])
+                if not fields.string_list("mlp_layer_types"):
+                    raise fields.fail("mlp_layer_types", f"has 0 entries for {arch.num_hidden_layers} layers")
                 dense = dense_layers_from_mlp_layer_types(fields, arch.num_hidden_layers)
                 if len(dense) == arch.num_hidden_layers:
                     raise fields.fail("mlp_layer_types", "marks every layer dense; give n_routed_experts: 0 for a dense model")
