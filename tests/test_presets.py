@@ -7,6 +7,8 @@ they match the totals on the models' Hugging Face cards (e.g. 6.74B for Llama-2-
 it is installed, so these numbers are never taken from trainmem itself.
 """
 
+import copy
+
 import pytest
 
 from trainmem.catalogs import presets
@@ -127,7 +129,10 @@ def _decoder_presets() -> list[str]:
 def test_count_matches_transformers_on_meta_device(name):  # VLM presets: tests/test_vlm.py
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    config = dict(presets()[name].config)
+    from trainmem.measure.causal_lm_classes import register_causal_lms
+
+    register_causal_lms()  # Mistral4ForCausalLM is not in AutoModelForCausalLM's mapping
+    config = copy.deepcopy(dict(presets()[name].config))  # transformers writes into rope_parameters (Mistral4Config)
     model_type = config.pop("model_type")
     hf_config = transformers.AutoConfig.for_model(model_type, **config)
     with torch.device("meta"):
