@@ -270,6 +270,9 @@ def transformers_count(config: Mapping[str, Any]) -> int:
     import torch
     import transformers
 
+    from trainmem.measure.causal_lm_classes import register_causal_lms
+
+    register_causal_lms()  # Mistral4ForCausalLM is not in AutoModelForCausalLM's mapping
     fields = copy.deepcopy(dict(config))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -872,3 +872,6 @@ CASES += ENCODER_DECODER_CASES
 from ppo_corpus_cases import ppo_cases  # noqa: E402  (verl's PPO and its critic)
 
 CASES += ppo_cases(case)
+from families_2026c_cases import families_2026c_cases  # noqa: E402  (Ministral 3, Mistral 4, DeepSeek-V3.2)
+
+CASES += families_2026c_cases(case)

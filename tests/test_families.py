@@ -33,6 +33,21 @@ FAMILY_CONFIGS: dict[str, dict] = {
     "llama-bias": {"model_type": "llama", **SMALL, "intermediate_size": 96, "attention_bias": True, "mlp_bias": True},
     "mistral": {"model_type": "mistral", **SMALL, "intermediate_size": 96},
     "mixtral": {"model_type": "mixtral", **SMALL, "intermediate_size": 96, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "ministral3": {"model_type": "ministral3", **SMALL, "head_dim": 32, "intermediate_size": 96},
+    "ministral3-window-tied": {
+        "model_type": "ministral3", **SMALL, "intermediate_size": 96, "sliding_window": 16, "tie_word_embeddings": True,
+    },
+    "mistral4": {
+        "model_type": "mistral4", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 16, "first_k_dense_replace": 1,
+    },
+    "mistral4-no-q-lora-groups-bias-tied": {
+        "model_type": "mistral4", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "n_routed_experts": 8, "num_experts_per_tok": 2, "q_lora_rank": None, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 24, "n_group": 2, "topk_group": 1, "n_shared_experts": 2,
+        "attention_bias": True, "tie_word_embeddings": True,
+    },
     "qwen2": {"model_type": "qwen2", **SMALL, "intermediate_size": 96},
     "qwen2_moe": {
         "model_type": "qwen2_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32,
@@ -172,6 +187,18 @@ FAMILY_CONFIGS: dict[str, dict] = {
         "model_type": "glm4_moe", **SMALL, "intermediate_size": 96, "moe_intermediate_size": 32, "n_routed_experts": 4,
         "num_experts_per_tok": 2, "use_qk_norm": True, "attention_bias": True, "head_dim": 32, "n_shared_experts": 2,
         "n_group": 2, "topk_group": 1, "partial_rotary_factor": 0.25,
+    },
+    "deepseek_v32": {
+        "model_type": "deepseek_v32", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "q_lora_rank": 48, "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "index_n_heads": 4, "index_head_dim": 16,
+        "index_topk": 8, "first_k_dense_replace": 1,
+    },
+    "deepseek_v32-mlp-layer-types-bias": {
+        "model_type": "deepseek_v32", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "q_lora_rank": 48, "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 24, "index_n_heads": 2, "index_head_dim": 8,
+        "mlp_layer_types": ["sparse", "dense", "sparse"], "attention_bias": True, "n_shared_experts": 2,
     },
     "glm4_moe_lite": {
         "model_type": "glm4_moe_lite", **SMALL, "num_key_value_heads": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
@@ -351,6 +378,9 @@ def test_plan_counts_lora_parameters_of_every_layer_kind():
 def _hf_model(config: dict):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
+    from trainmem.measure.causal_lm_classes import register_causal_lms
+
+    register_causal_lms()  # Mistral4ForCausalLM is not in AutoModelForCausalLM's mapping
     fields = dict(config)
     hf_config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
     with torch.device("meta"):

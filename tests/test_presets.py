@@ -7,6 +7,8 @@ they match the totals on the models' Hugging Face cards (e.g. 6.74B for Llama-2-
 it is installed, so these numbers are never taken from trainmem itself.
 """
 
+import copy
+
 import pytest
 
 from trainmem.catalogs import presets
@@ -45,6 +47,7 @@ PUBLISHED_COUNTS = {
     "pythia-12b": 11_846_072_320,
     "deepseek-v3": 671_026_404_352,  # card: 671B (+14B of multi-token prediction, not built by transformers)
     "deepseek-v2-lite": 15_706_484_224,  # card: 15.7B
+    "deepseek-v3.2": 671_877_929_216,  # card: 685B with the multi-token-prediction layer (not built); +0.85B of indexers over V3
     "gpt-oss-20b": 20_914_757_184,  # card: 21B
     "gpt-oss-120b": 116_829_156_672,  # card: 117B
     "qwen3-next-80b-a3b": 79_674_391_296,  # card: 80B (3B active)
@@ -75,6 +78,8 @@ PUBLISHED_COUNTS = {
     "hunyuan-7b": 7_504_568_320,  # card: 7B
     "hunyuan-a13b": 80_393_183_232,  # card: 80B (13B active)
     "minimax-m2": 228_689_748_992,  # card: 230B (10B active; + 3 multi-token-prediction modules, not built)
+    "ministral-3-8b": 8_489_553_920,  # card: 8.4B language model (+ 0.4B vision encoder, not counted)
+    "mistral-small-4-119b": 118_972_826_624,  # card: 119B (Mistral4Config's defaults; the vision tower not counted)
 }
 
 REQUIRED_PRESETS = [
@@ -129,7 +134,10 @@ def _decoder_presets() -> list[str]:
 def test_count_matches_transformers_on_meta_device(name):  # VLM presets: tests/test_vlm.py
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    config = dict(presets()[name].config)
+    from trainmem.measure.causal_lm_classes import register_causal_lms
+
+    register_causal_lms()  # Mistral4ForCausalLM is not in AutoModelForCausalLM's mapping
+    config = copy.deepcopy(dict(presets()[name].config))  # transformers writes into rope_parameters (Mistral4Config)
     model_type = config.pop("model_type")
     hf_config = transformers.AutoConfig.for_model(model_type, **config)
     with torch.device("meta"):

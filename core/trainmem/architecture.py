@@ -143,6 +143,12 @@ class Architecture(FrozenModel):
     qk_nope_head_dim: NonNegativeInt = Field(default=0, description="MLA: per-head query/key width without RoPE.")
     qk_rope_head_dim: NonNegativeInt = Field(default=0, description="MLA: per-head query/key width with RoPE.")
     v_head_dim: Optional[PositiveInt] = Field(default=None, description="MLA: per-head value width.")
+    indexer_heads: Optional[PositiveInt] = Field(
+        default=None, description="DeepSeek-V3.2's lightning indexer (DeepSeek Sparse Attention): its query heads "
+        "(index_n_heads); None without an indexer (models/deepseek_v32.py)."
+    )
+    indexer_head_dim: Optional[PositiveInt] = Field(default=None, description="The indexer's head width (index_head_dim).")
+    indexer_topk: Optional[PositiveInt] = Field(default=None, description="Tokens the indexer keeps per query (index_topk).")
     rope_layout: Literal["half", "interleaved", "complex"] = Field(
         default="half",
         description="How RoPE rotates: rotate_half (Llama), even/odd pairs (DeepSeek-V3 rope_interleave), "

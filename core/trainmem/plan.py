@@ -26,6 +26,7 @@ from .allocator import rounded
 from .architecture import Architecture
 from .catalogs import OptimizerKind, optimizers
 from .inventory import LayerGroup, ModelInventory, ParameterTensor, build_inventory
+from .models.blocks import NO_GRADIENT_GROUP
 from .lora_targets import COLUMN_PARALLEL, ROW_PARALLEL, LoraTargets, resolve_lora_targets
 from .models import DecoderFamily, family_for
 from .precision import PrecisionPlan, resolve_precision
@@ -218,7 +219,7 @@ class Plan:
     def tensor_trains(self, tensor: ParameterTensor, layer_index: Optional[int] = None) -> bool:
         """Whether a base-model tensor trains (LoRA/QLoRA freeze the whole base, but for the copies of
         ``modules_to_save``)."""
-        if tensor.group in ("unused", "no_gradient"):  # on no path to the loss (models/vision_encoders.py): no gradient
+        if tensor.group in ("unused", NO_GRADIENT_GROUP):  # on no path to the loss (models/vision_encoders.py): no gradient
             return False
         if self.lora:
             return tensor.name in self.saved_module_tensors
@@ -407,8 +408,9 @@ class Plan:
         count += sum(t.numel for t in inventory.head if self.tensor_trains(t) or t.group == "unused")
         for group in inventory.layer_groups:
             trainable_layers = sum(1 for i in group.indices if self.layer_trains(i))
-            # "no_gradient": requires_grad, but no gradient reaches it (Qwen4-Exp's QSA indexer)
-            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t) or t.group == "no_gradient")
+            # "no_gradient": requires_grad, but no gradient reaches it (Qwen4-Exp's QSA indexer), or used
+            # under torch.no_grad() only (DeepSeek-V3.2's lightning indexer, models/deepseek_v32.py)
+            count += trainable_layers * sum(t.numel for t in group.tensors if self.tensor_trains(t) or t.group == NO_GRADIENT_GROUP)
         return count
 
     # ------------------------------------------------------------------ bytes of model states

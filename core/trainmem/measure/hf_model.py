@@ -117,6 +117,9 @@ def build_model(setup: Setup, *, on_meta: bool) -> torch.nn.Module:
     """The model in training mode, with the setup's precision, LoRA adapters and checkpointing."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .causal_lm_classes import register_causal_lms
+
+    register_causal_lms()
     fields = hf_config_dict(setup)
     if setup.training.mode == "reward":  # TRL RewardTrainer: a sequence-classification model with one output
         from transformers import AutoModelForSequenceClassification as AutoModelForCausalLM  # noqa: N814

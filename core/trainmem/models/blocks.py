@@ -21,6 +21,12 @@ from typing import NamedTuple, Optional
 from ..architecture import Architecture
 
 
+NO_GRADIENT_GROUP = "no_gradient"
+"""The group of parameters that ``requires_grad`` (counted as trainable, as the frameworks count them) but that no
+gradient ever reaches: Qwen4-Exp's QSA indexer (its output is a boolean mask), DeepSeek-V3.2's lightning indexer
+(run under ``torch.no_grad()``). They get no gradient and no optimizer state (``Plan.tensor_trains``)."""
+
+
 class ParameterTensor(NamedTuple):
     """One parameter tensor (per layer, when it sits in a decoder layer)."""
 

@@ -131,6 +131,7 @@ class MlaProgram(LayerProgram):
         tape.release(compressed)
         query = self._concatenate(q_nope, q_rotated)  # torch.cat((q_pass, q_rot), dim=-1)
         tape.release(q, q_rotated)
+        query = self._scale_query(query)
         # expand_kv: kv_b_proj, split into k_nope and v (views), k_rot expanded over the heads (a view)
         expanded = self.linear(names.kv_b_proj, kv_normed, kv_rank, heads * (nope + v_dim), False)
         tape.release(kv_normed)
@@ -143,6 +144,11 @@ class MlaProgram(LayerProgram):
         projected = self.linear(names.o_proj, out, heads * v_dim, shape.hidden, arch.attention_output_bias)
         tape.release(out)
         return self._scatter_sequence(projected)
+
+    def _scale_query(self, query: Sym) -> Sym:
+        """A hook after the query's ``torch.cat``: DeepSeek does nothing; Mistral 4 multiplies it by Llama 4's
+        temperature (models/mistral4.py)."""
+        return query
 
     def _concatenate(self, first: Sym, second: Sym) -> Sym:
         """A new tensor holding both parts (``torch.cat`` or ``new_empty`` + ``copy_``): nothing saved."""

@@ -33,7 +33,7 @@ from ..architecture import Architecture
 from ..hyper_connections import HyperConnections
 from ..layers import LayerProgram
 from . import blocks
-from .blocks import ParameterTensor
+from .blocks import NO_GRADIENT_GROUP, ParameterTensor
 from .family import checked_layer_types, common_decoder_fields
 from .fields import ConfigFields
 from .qwen3_5 import Qwen3_5MoeText, SplitLinearAttentionNames, _without_intermediate_size, split_linear_attention_tensors
@@ -57,7 +57,7 @@ MAX_NGRAM_VOCAB_BASE = 1 << 40
 MAX_NGRAM_HEADS = 1024
 MAX_NGRAM_TABLES = 1 << 14
 """Bounds that keep the prime search of the n-gram tables (hyper_connections.ngram_rows) short."""
-UNUSED = "no_gradient"
+UNUSED = NO_GRADIENT_GROUP
 """The group of the indexer's parameters: ``requires_grad``, but on no path to the loss, so no gradient and no
 optimizer state (plan.tensor_trains); counted among the trainable parameters, as ``requires_grad`` counts them."""
 
