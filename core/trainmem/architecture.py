@@ -18,6 +18,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from ._base import FrozenModel
 from .disentangled import DisentangledAttention
 from .state_space import Mamba2Mixer
+from .gemma4_layout import Gemma4Layout
 from .errors import FieldError
 from .tasks import TaskKind
 from .text_tower import TextTower
@@ -273,6 +274,9 @@ class Architecture(FrozenModel):
     text_tower: Optional[TextTower] = Field(
         default=None, description="CLIP / SigLIP dual encoders: the text tower the contrastive task trains (text_tower.py)."
     )
+    gemma4: Optional[Gemma4Layout] = Field(
+        default=None, description="Gemma 4's per-layer head widths, KV sharing, per-layer inputs and MoE block (gemma4_layout.py)."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
@@ -382,13 +386,18 @@ class Architecture(FrozenModel):
         linear = frozenset(self.linear_attention_layers)
         bare_first = not self.first_layer_attention_norm
         mlp_only = frozenset(self.mlp_only_layers)
-        if not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first and not mlp_only:
+        if (
+            not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first and not mlp_only
+            and self.gemma4 is None
+        ):
             return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
+        kv_shared = frozenset(self.gemma4.kv_shared_layers) if self.gemma4 is not None else frozenset()
         dense, nope = frozenset(self.dense_layers), frozenset(self.nope_layers)
-        signatures: dict[tuple[bool, bool, bool, bool, bool, bool], list[int]] = {}
+        signatures: dict[tuple[bool, ...], list[int]] = {}
         for index in range(self.num_hidden_layers):
             signature = (
-                index in dense, index in nope, index in sliding, index in linear, bare_first and index == 0, index in mlp_only
+                index in dense, index in nope, index in sliding, index in linear, bare_first and index == 0, index in mlp_only,
+                index in kv_shared,
             )
             signatures.setdefault(signature, []).append(index)
         base = {
@@ -396,7 +405,7 @@ class Architecture(FrozenModel):
             "linear_attention_layers": (), "mlp_only_layers": (),
         }
         kinds = []
-        for (is_dense, is_nope, is_sliding, is_linear, is_bare, is_mlp_only), indices in signatures.items():
+        for (is_dense, is_nope, is_sliding, is_linear, is_bare, is_mlp_only, is_shared), indices in signatures.items():
             update = dict(base)
             update["layer_mlp_only"] = is_mlp_only
             update["layer_attention_norm"] = not is_bare
@@ -412,6 +421,8 @@ class Architecture(FrozenModel):
                 )
             if is_nope:
                 update["layer_rope"] = False
+            if self.gemma4 is not None:
+                update.update(self.gemma4.kind_update(self, is_sliding, is_shared))
             kinds.append(LayerKind(self.model_copy(update=update), tuple(indices)))
         return tuple(kinds)
 
