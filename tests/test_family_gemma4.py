@@ -94,7 +94,63 @@ def test_the_wrapper_reads_its_language_model(name):
     arch = architecture_from_hf_config(wrapper)
     assert arch.model_type == "gemma4_text"
     assert build_inventory(arch).num_parameters == TEXT_COUNTS[name]
-    assert any("vision tower" in note for note in arch.not_counted)
+    assert arch.not_counted == ()  # trainmem.vision.gemma4 counts the towers
+
+
+TINY_TEXT = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16, "global_head_dim": 32, "hidden_size_per_layer_input": 8,
+             "vocab_size_per_layer_input": 128}
+TINY_VISION = {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 2,
+               "num_key_value_heads": 2, "head_dim": 16, "position_embedding_size": 64}
+TINY_AUDIO = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "output_proj_dims": 40,
+              "subsampling_conv_channels": [8, 4]}
+TOWERS = {"vision-and-audio": (TINY_VISION, TINY_AUDIO), "vision": (TINY_VISION, None), "audio": (None, TINY_AUDIO),
+          "default-towers": ({}, {}), "none": (None, None)}
+
+
+def wrapper_config(vision, audio) -> dict:
+    config = {"model_type": "gemma4", "text_config": {"model_type": "gemma4_text", **TINY_TEXT}}
+    if vision is not None:
+        config["vision_config"] = {"model_type": "gemma4_vision", **vision}
+    if audio is not None:
+        config["audio_config"] = {"model_type": "gemma4_audio", **audio}
+    return config
+
+
+def _plan(config: dict, **setup):
+    from trainmem.plan import Plan
+    from trainmem.setup import Setup
+
+    return Plan(Setup.model_validate({"model": {"hf_config": config}, "micro_batch_size": 1, "sequence_length": 64, **setup}))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(TOWERS))
+def test_the_wrapper_counts_its_towers_as_transformers_builds_them(name):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    vision, audio = TOWERS[name]
+    kwargs = {"text_config": TINY_TEXT}
+    if vision is not None:
+        kwargs["vision_config"] = vision
+    if audio is not None:
+        kwargs["audio_config"] = audio
+    with torch.device("meta"):
+        model = transformers.Gemma4ForConditionalGeneration(transformers.Gemma4Config(**kwargs))
+    plan = _plan(wrapper_config(vision, audio))
+    assert plan.num_parameters == sum(p.numel() for p in model.parameters())
+    text = build_inventory(architecture_from_hf_config(wrapper_config(None, None))).num_parameters
+    assert plan.num_trainable_parameters == text  # a text-only step: the towers never run, get no gradient
+
+
+def test_the_e2b_wrapper_with_its_default_towers_is_the_cards_5_1b():
+    config = {"model_type": "gemma4", "text_config": text_config("gemma-4-e2b"), "vision_config": {}, "audio_config": {}}
+    assert _plan(config).num_parameters == 5_104_297_504
+
+
+def test_images_through_the_gemma4_tower_are_refused_naming_the_field():
+    with pytest.raises(ValueError, match="images: the gemma4 vision tower's forward is not modelled|vision tower's forward"):
+        _plan(wrapper_config(TINY_VISION, None), images={"images_per_sample": 1, "image_height": 224, "image_width": 224})
 
 
 @pytest.mark.torch
