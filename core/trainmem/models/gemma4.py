@@ -316,6 +316,15 @@ def trace_gemma4_embedding(
     return replay(tape, outputs, tape.peak_live_bytes, tape.live_bytes() - saved, False, parameter_grads_exist)
 
 
+def _strict_float(fields: ConfigFields, name: str) -> Optional[float]:
+    """A ``float | None`` field of the strict ``Gemma4TextConfig`` dataclass: transformers refuses an integer
+    (``StrictDataclassFieldValidationError``: 30 is not a float, 30.0 is)."""
+    value = fields.raw(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise fields.fail(name, f"expected a float such as {float(value)!r}, got the integer {value} (Gemma4TextConfig is strict)")
+    return fields.optional_number(name, minimum=1e-9)
+
+
 class Gemma4Text(DecoderFamily):
     model_type = "gemma4_text"
     names = NAMES
@@ -389,7 +398,7 @@ class Gemma4Text(DecoderFamily):
             attention_output_bias=bias,
             scale_embeddings=True,
             embedding_scale_buffer=True,
-            final_logit_softcapping=fields.optional_number("final_logit_softcapping", minimum=1e-9),
+            final_logit_softcapping=_strict_float(fields, "final_logit_softcapping"),
             sliding_window=window,
             sliding_layers=sliding,
             num_experts=experts,
