@@ -442,6 +442,7 @@ CASES: list[dict[str, Any]] = [
          description="SDPA with a sliding-window mask on five of the seven layers."),
     case("gemma4-small-fp32-adamw-b2-s256", GEMMA4_SMALL, batch=2, seq=256,
          description="Gemma 4 E2B layout: per-layer embeddings, KV-shared double-wide last layers, 64-wide global heads."),
+    case("gemma4-small-bf16-adamw-b2-s256-fake", GEMMA4_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
     case("gemma4moe-small-fp32-adamw-b2-s256", GEMMA4_MOE_SMALL, batch=2, seq=256,
          description="Gemma 4 26B-A4B layout: k = v global layers, routed experts beside the dense MLP."),
     case("qwen3moe-small-bf16-adamw-b2-s256", QWEN3_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
