@@ -217,3 +217,20 @@ def test_estimate_runs_for_every_preset():
                  "finetuning": {"method": "lora", "lora": {"r": 16, "target_modules": "all-linear"}}}
         report = trainmem.estimate(trainmem.Setup.model_validate(setup))
         assert report.peak_allocated_bytes > 0
+
+
+@pytest.mark.torch
+def test_lora_all_linear_on_a_ple_model_trains_what_peft_trains():
+    """PEFT's all-linear adapts the model-level per_layer_model_projection too (DecoderFamily.model_level_lora_modules)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    import warnings
+
+    config = TINY_CONFIGS["ple-shared-double"]
+    with torch.device("meta"):
+        model = transformers.Gemma4ForCausalLM(transformers.Gemma4TextConfig(**{k: v for k, v in config.items() if k != "model_type"}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules="all-linear")).get_nb_trainable_parameters()[0]
+    assert _plan(config, finetuning={"method": "lora", "lora": {"r": 8, "target_modules": "all-linear"}}).num_trainable_parameters == expected

@@ -329,6 +329,8 @@ class Gemma4Text(DecoderFamily):
     model_type = "gemma4_text"
     names = NAMES
     lora_default_targets = None  # peft 0.21: no gemma4_text entry (the gemma4 wrapper's is a language_model regex)
+    model_level_lora_modules = (NAMES.per_layer_model_projection,)
+    """An ``nn.Linear`` of the base model that PEFT's ``all-linear`` adapts too (trainmem.lora_targets)."""
     traces_own_embedding = True
     """simulate.py runs :meth:`trace_embedding` (the per-layer inputs) instead of ``ends.trace_embedding``."""
 
