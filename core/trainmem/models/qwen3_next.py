@@ -117,8 +117,15 @@ def read_layer_types(fields: ConfigFields, layers: int) -> list[str]:
     return layer_types
 
 
+ROPE_TYPES = ("default", "dynamic", "linear", "llama3", "longrope", "proportional", "yarn")
+"""``rope_type`` values transformers 5.24 builds (``"default"`` and ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``)."""
+
+
 def partial_rotary_factor(fields: ConfigFields, default: float) -> float:
     rope = fields.mapping("rope_parameters") or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ROPE_TYPES:  # the rotary embedding's ROPE_INIT_FUNCTIONS[rope_type] raises KeyError
+        raise fields.fail("rope_parameters.rope_type", f"unknown RoPE type {kind!r}; allowed: {', '.join(ROPE_TYPES)}")
     factor = rope.get("partial_rotary_factor", fields.config.get("partial_rotary_factor"))
     if factor is None:
         return default
