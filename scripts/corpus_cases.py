@@ -87,6 +87,18 @@ STARCODER2_SMALL = {"model_type": "starcoder2", **FAMILY_COMMON, **IDS}
 STARCODER2_DROPOUT_SMALL = {**STARCODER2_SMALL, "residual_dropout": 0.1, "embedding_dropout": 0.1, "attention_dropout": 0.1}
 GEMMA3_SMALL = {"model_type": "gemma3_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 7, "head_dim": 32,
                 "sliding_window": 128}
+# Gemma 4 scaled down (gemma4_text): per-layer embeddings (PLE 16), the last two layers KV-shared with a double-wide
+# MLP, global layers with head_dim 64; and the 26B-A4B layout: k = v global layers with their own KV heads, a MoE
+# block beside the dense MLP.
+GEMMA4_SMALL = {"model_type": "gemma4_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 6, "head_dim": 32,
+                "global_head_dim": 64, "num_kv_shared_layers": 2, "hidden_size_per_layer_input": 16,
+                "vocab_size_per_layer_input": 32000, "use_double_wide_mlp": True, "sliding_window": 128,
+                "final_logit_softcapping": 30.0, "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2}
+GEMMA4_MOE_SMALL = {"model_type": "gemma4_text", **FAMILY_COMMON, **IDS, "num_hidden_layers": 4, "head_dim": 32,
+                    "global_head_dim": 64, "attention_k_eq_v": True, "num_global_key_value_heads": 2,
+                    "hidden_size_per_layer_input": 0, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2,
+                    "moe_intermediate_size": 128, "sliding_window": 128, "final_logit_softcapping": 30.0,
+                    "layer_types": ["sliding_attention", "full_attention"] * 2}
 QWEN3_MOE_SMALL = {"model_type": "qwen3_moe", **FAMILY_COMMON, **IDS, "moe_intermediate_size": 128, "num_experts": 4,
                    "num_experts_per_tok": 2, "head_dim": 32, "norm_topk_prob": True}
 QWEN2_MOE_DENSE_SMALL = {**QWEN2_MOE_SMALL, "mlp_only_layers": [0]}
@@ -451,6 +463,16 @@ CASES: list[dict[str, Any]] = [
          attention="eager", description="Sliding window (128) shorter than the sequence; two rotary tables."),
     case("gemma3-small-ampbf16-adamw-b2-s256", GEMMA3_SMALL, batch=2, seq=256, precision="amp-bf16",
          description="SDPA with a sliding-window mask on five of the seven layers."),
+    case("gemma4-small-fp32-adamw-b2-s256", GEMMA4_SMALL, batch=2, seq=256,
+         description="Gemma 4 E2B layout: per-layer embeddings, KV-shared double-wide last layers, 64-wide global heads."),
+    case("gemma4-small-ampbf16-adamw-b2-s256", GEMMA4_SMALL, batch=2, seq=256, precision="amp-bf16"),
+    case("gemma4-small-ampbf16-adamw-ckpt-b2-s256", GEMMA4_SMALL, batch=2, seq=256, precision="amp-bf16",
+         checkpointing="full"),
+    case("gemma4-small-bf16-lora-all-b2-s256", GEMMA4_SMALL, batch=2, seq=256, precision="bf16-pure",
+         lora={"r": 8, "target_modules": "all-linear"}),
+    case("gemma4-small-bf16-adamw-b2-s256-fake", GEMMA4_SMALL, batch=2, seq=256, precision="bf16-pure", fake=True),
+    case("gemma4moe-small-fp32-adamw-b2-s256", GEMMA4_MOE_SMALL, batch=2, seq=256,
+         description="Gemma 4 26B-A4B layout: k = v global layers, routed experts beside the dense MLP."),
     case("qwen3moe-small-bf16-adamw-b2-s256", QWEN3_MOE_SMALL, batch=2, seq=256, precision="bf16-pure",
          description="Per-head q/k norms, routed experts, no shared expert."),
     case("qwen3moe-small-fp32-lora-all-b2-s256", QWEN3_MOE_SMALL, batch=2, seq=256,

@@ -68,6 +68,17 @@ FAMILY_CONFIGS: dict[str, dict] = {
     },
     "gemma2": {"model_type": "gemma2", **SMALL, "intermediate_size": 96, "head_dim": 16},
     "gemma3_text": {"model_type": "gemma3_text", **SMALL, "num_hidden_layers": 7, "intermediate_size": 96, "head_dim": 16},
+    "gemma4_text": {
+        "model_type": "gemma4_text", **SMALL, "num_hidden_layers": 6, "intermediate_size": 96, "head_dim": 16,
+        "global_head_dim": 32, "num_kv_shared_layers": 2, "use_double_wide_mlp": True, "hidden_size_per_layer_input": 0,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
+    },
+    "gemma4_text-moe": {
+        "model_type": "gemma4_text", **SMALL, "num_hidden_layers": 4, "intermediate_size": 96, "head_dim": 16,
+        "global_head_dim": 32, "attention_k_eq_v": True, "num_global_key_value_heads": 1, "hidden_size_per_layer_input": 0,
+        "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+    },
     "phi3": {"model_type": "phi3", **SMALL, "intermediate_size": 96},
     "olmo2": {"model_type": "olmo2", **SMALL, "intermediate_size": 96},
     "starcoder2": {"model_type": "starcoder2", **SMALL, "intermediate_size": 96},

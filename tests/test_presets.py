@@ -36,6 +36,10 @@ PUBLISHED_COUNTS = {
     "qwen3-235b-a22b": 235_093_634_560,
     "gemma-3-27b": 27_009_346_304,
     "gemma-3-1b": 999_885_952,
+    "gemma-4-e2b": 4_628_569_344,  # card: 5.1B with the vision and audio towers (not counted)
+    "gemma-4-e4b": 7_463_013_376,  # card: 8B with the vision and audio towers (not counted)
+    "gemma-4-26b-a4b": 25_233_141_760,  # card: 25.2B (3.8B active)
+    "gemma-4-31b": 30_697_345_280,  # card: 30.7B
     "olmo-2-13b": 13_716_198_400,
     "olmo-2-7b": 7_298_617_344,
     "starcoder2-15b": 15_957_889_024,

@@ -11,7 +11,7 @@ positions, Gemma 2's four norms, Phi-3's fused projections, Mixtral's experts).
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, Optional
+from typing import Any, Literal, NamedTuple, Optional
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
@@ -19,6 +19,7 @@ from ._base import FrozenModel
 from .disentangled import DisentangledAttention
 from .hyper_connections import HyperConnections
 from .state_space import Mamba2Mixer
+from .gemma4_layout import Gemma4Layout
 from .errors import FieldError
 from .tasks import TaskKind
 from .text_tower import TextTower
@@ -298,6 +299,9 @@ class Architecture(FrozenModel):
     layer_ple_index: Optional[NonNegativeInt] = Field(
         default=None, description="Set on a PLE layer kind (see layer_kinds): its position in ple_layers."
     )
+    gemma4: Optional[Gemma4Layout] = Field(
+        default=None, description="Gemma 4's per-layer head widths, KV sharing, per-layer inputs and MoE block (gemma4_layout.py)."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:
@@ -408,15 +412,18 @@ class Architecture(FrozenModel):
         bare_first = not self.first_layer_attention_norm
         mlp_only = frozenset(self.mlp_only_layers)
         ple = {layer: position for position, layer in enumerate(self.ple_layers)}
-        if (not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first
-                and not mlp_only and not ple):
+        if (
+            not self.dense_layers and not self.nope_layers and not sliding and not linear and not bare_first and not mlp_only
+            and not ple and self.gemma4 is None
+        ):
             return (LayerKind(self, tuple(range(self.num_hidden_layers))),)
+        kv_shared = frozenset(self.gemma4.kv_shared_layers) if self.gemma4 is not None else frozenset()
         dense, nope = frozenset(self.dense_layers), frozenset(self.nope_layers)
-        signatures: dict[tuple[bool, bool, bool, bool, bool, bool, Optional[int]], list[int]] = {}
+        signatures: dict[tuple[Any, ...], list[int]] = {}
         for index in range(self.num_hidden_layers):
             signature = (
                 index in dense, index in nope, index in sliding, index in linear, bare_first and index == 0, index in mlp_only,
-                ple.get(index),
+                ple.get(index), index in kv_shared,
             )
             signatures.setdefault(signature, []).append(index)
         base = {
@@ -424,7 +431,7 @@ class Architecture(FrozenModel):
             "linear_attention_layers": (), "mlp_only_layers": (), "ple_layers": (),
         }
         kinds = []
-        for (is_dense, is_nope, is_sliding, is_linear, is_bare, is_mlp_only, ple_index), indices in signatures.items():
+        for (is_dense, is_nope, is_sliding, is_linear, is_bare, is_mlp_only, ple_index, is_shared), indices in signatures.items():
             update = dict(base)
             update["layer_ple_index"] = ple_index
             update["layer_mlp_only"] = is_mlp_only
@@ -441,6 +448,8 @@ class Architecture(FrozenModel):
                 )
             if is_nope:
                 update["layer_rope"] = False
+            if self.gemma4 is not None:
+                update.update(self.gemma4.kind_update(self, is_sliding, is_shared))
             kinds.append(LayerKind(self.model_copy(update=update), tuple(indices)))
         return tuple(kinds)
 

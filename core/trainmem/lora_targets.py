@@ -122,6 +122,19 @@ class LoraTargets:
         return adapters
 
 
+def model_level_linears(family, inventory: ModelInventory) -> list:
+    """``nn.Linear`` modules outside the decoder layers that PEFT adapts too (``all-linear`` or a matching name),
+    as the family lists them (``DecoderFamily.model_level_lora_modules``: Gemma 4's ``per_layer_model_projection``)."""
+    modules = getattr(family, "model_level_lora_modules", ())
+    return [t for t in inventory.embedding if t.linear_features is not None and t.module in modules]
+
+
+def model_level_group(family, inventory: ModelInventory, architecture) -> Optional[LayerGroup]:
+    """Those modules as a one-off group (count 1), for :meth:`LoraTargets.adapters_of`; None when there are none."""
+    tensors = model_level_linears(family, inventory)
+    return LayerGroup(architecture, tuple(tensors), (0,)) if tensors else None
+
+
 def _matches(module: str, target: str) -> bool:
     return module == target or module.endswith("." + target)
 
@@ -141,7 +154,7 @@ def resolve_lora_targets(lora, family, inventory: ModelInventory) -> LoraTargets
                 "(module names such as q_proj, v_proj) or 'all-linear'",
             )
         targets = list(family.lora_default_targets)
-    linear = inventory.linear_modules()
+    linear = inventory.linear_modules() + model_level_linears(family, inventory)
     conversion = dict(family.moe_lora_conversion)
     moe = any(group.architecture.is_moe for group in inventory.layer_groups)
     if targets == LINEAR_TARGET_ALL:

@@ -27,7 +27,7 @@ from .architecture import Architecture
 from .catalogs import OptimizerKind, optimizers
 from .inventory import LayerGroup, ModelInventory, ParameterTensor, build_inventory
 from .models.blocks import NO_GRADIENT_GROUP
-from .lora_targets import COLUMN_PARALLEL, ROW_PARALLEL, LoraTargets, resolve_lora_targets
+from .lora_targets import COLUMN_PARALLEL, ROW_PARALLEL, LoraTargets, model_level_group, resolve_lora_targets
 from .models import DecoderFamily, family_for
 from .precision import PrecisionPlan, resolve_precision
 from .quantization import quantized_weight_bytes
@@ -359,6 +359,10 @@ class Plan:
         if stage.has_head and self.inventory.head_linear_modules():  # Qwen4-Exp's final mixer (kind -1)
             for adapter in targets.adapters_of(self.inventory.head_group()):
                 adapters.append((adapter.module, adapter.numel_per_layer(tp, ep), 1, -1))
+        model_level = model_level_group(self.family, self.inventory, self.architecture) if stage.has_embedding else None
+        if model_level is not None:  # Gemma 4's per_layer_model_projection (kind -1: not a decoder layer)
+            for adapter in targets.adapters_of(model_level):
+                adapters.append((adapter.module, adapter.numel_per_layer(1, 1), 1, -1))
         if stage.has_embedding and self.encoder is not None:  # the encoder's adapters (kind -1: not a decoder layer)
             encoder = with_encoder_layers(self.inventory, self.encoder).layer_groups[-1]
             for adapter in targets.adapters_of(encoder):
@@ -390,7 +394,12 @@ class Plan:
         if targets is None:
             return 0
         inventory = self.inventory if self.encoder is None else with_encoder_layers(self.inventory, self.encoder)
-        groups = [*inventory.layer_groups, inventory.head_group()] if inventory.head_linear_modules() else inventory.layer_groups
+        model_level = model_level_group(self.family, self.inventory, self.architecture)
+        groups = (
+            *inventory.layer_groups,
+            *((inventory.head_group(),) if inventory.head_linear_modules() else ()),
+            *((model_level,) if model_level is not None else ()),
+        )
         return sum(adapter.numel_per_layer(1, 1) * group.count for group in groups for adapter in targets.adapters_of(group))
 
     @cached_property

@@ -230,7 +230,7 @@ def _traces(plan: Plan, stage: Stage, grads_exist: bool) -> _Traces:
             lambda: trace_patch_embedding(arch, shape, kernels, trainability, grads_exist)
             if arch.image_size  # a vision encoder (vision/encoders.py)
             else plan.family.trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, checkpointing)
-            if arch.bidirectional
+            if arch.bidirectional or getattr(plan.family, "traces_own_embedding", False)  # Gemma 4's per-layer inputs
             else encoder_step.trace_seq2seq_embedding(arch, shape, kernels, trainability, grads_exist, tied, False)
             if arch.cross_attention and (arch.embedding_norm or arch.num_mel_bins)  # BART's / Whisper's decoder
             else trace_embedding(arch, shape, kernels, trainability, grads_exist, tied, embedding_rows),

@@ -39,6 +39,7 @@ FAMILY_MODULES: dict[str, tuple[str, str]] = {
     "qwen3_moe": ("qwen3", "Qwen3Moe"),
     "gemma2": ("gemma", "Gemma2"),
     "gemma3_text": ("gemma", "Gemma3Text"),
+    "gemma4_text": ("gemma4", "Gemma4Text"),
     "phi3": ("phi3", "Phi3"),
     "phimoe": ("phimoe", "Phimoe"),
     "olmo2": ("olmo2", "Olmo2"),
@@ -136,6 +137,7 @@ Kimi-K2's config has DeepSeek-V3's fields and architecture (transformers' ``Kimi
 
 MULTIMODAL_TEXT_MODEL_TYPES: dict[str, str] = {
     "gemma3": "gemma3_text",
+    "gemma4": "gemma4_text",
     "llama4": "llama4_text",
     "llava": "llama",
     "llava_next": "llama",

@@ -56,6 +56,10 @@ def _quote(text: str) -> str:
     return f'"{escaped}"'
 
 
+ROPE_TYPES = ("default", "dynamic", "linear", "llama3", "longrope", "proportional", "yarn")
+"""``rope_type`` values transformers 5.24 builds (``"default"`` and ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``)."""
+
+
 class ConfigFields:
     """Typed access to a config.json mapping; errors name ``<prefix>.<field>``."""
 
@@ -191,6 +195,15 @@ class ConfigFields:
         if not isinstance(value, Mapping):
             raise self.fail(name, f"expected an object, got {describe(value)}")
         return value
+
+    def rope_parameters(self) -> Mapping[str, Any]:
+        """``rope_parameters`` (empty when absent), its ``rope_type`` one transformers 5.24 builds: the rotary
+        embedding looks it up in ``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` and raises KeyError otherwise."""
+        rope = self.mapping("rope_parameters") or {}
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind not in ROPE_TYPES:
+            raise self.fail("rope_parameters.rope_type", f"unknown RoPE type {kind!r}; allowed: {', '.join(ROPE_TYPES)}")
+        return rope
 
     def layers(self, default: int = _MISSING, aliases: Sequence[str] = ()) -> int:  # type: ignore[assignment]
         """``num_hidden_layers`` (or an alias), bounded by :data:`MAX_LAYERS`."""

@@ -37,7 +37,7 @@ class GPTNeoX(DecoderFamily):
         heads = fields.integer("num_attention_heads", 64)
         bias = fields.boolean("attention_bias", True)
         dropout = fields.probability("hidden_dropout")
-        rope = fields.mapping("rope_parameters") or {}
+        rope = fields.rope_parameters()
         factor = rope.get("partial_rotary_factor")
         if factor is None:
             factor = fields.number("rotary_pct", 0.25, minimum=1e-9, maximum=1.0)

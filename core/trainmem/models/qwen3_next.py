@@ -118,7 +118,7 @@ def read_layer_types(fields: ConfigFields, layers: int) -> list[str]:
 
 
 def partial_rotary_factor(fields: ConfigFields, default: float) -> float:
-    rope = fields.mapping("rope_parameters") or {}
+    rope = fields.rope_parameters()
     factor = rope.get("partial_rotary_factor", fields.config.get("partial_rotary_factor"))
     if factor is None:
         return default

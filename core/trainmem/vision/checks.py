@@ -40,6 +40,12 @@ def check_vision_setup(setup: Setup) -> None:
             )
     if setup.images is None:
         return
+    if not stack.images_modelled:
+        raise FieldError(
+            "images",
+            f"the {stack.wrapper} vision tower's forward is not modelled: its weights are counted for text-only "
+            "fine-tunes; leave images out",
+        )
     counts = per_sample(stack, setup.images)
     total = setup.sequence_length + counts.tokens
     if total > limits.SEQUENCE.maximum:

@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping, Optional
 from ..models.blocks import ParameterTensor
 from ..models.fields import ConfigFields
 from .tower import TokenRule, VisionStack, encoder_layer, linear, norm
+from .gemma4 import read_gemma4
 
 _CLIP_SIGLIP_NAMES = {
     "norm1": "layer_norm1", "norm2": "layer_norm2", "q": "self_attn.q_proj", "k": "self_attn.k_proj",
@@ -447,6 +448,7 @@ VISION_READERS: dict[str, Callable[[ConfigFields], VisionStack]] = {
     "qwen2_5_vl": read_qwen2_5_vl,
     "qwen3_vl": read_qwen3_vl,
     "llama4": read_llama4,
+    "gemma4": read_gemma4,
 }
 """Wrapper ``model_type`` -> its reader."""
 

@@ -112,6 +112,12 @@ class VisionStack:
     unused_postlude: tuple[str, ...] = ()
     """Postlude tensors on no path to the loss (CLIP's ``post_layernorm`` of the pooled class token, SigLIP's
     pooling ``head``)."""
+    other_towers: tuple[ParameterTensor, ...] = ()
+    """Tensors of the wrapper's other towers (Gemma 4's audio tower and its embedder; names relative to ``model.``):
+    counted, never run by a text or image step."""
+    images_modelled: bool = True
+    """False where the tower's forward is not replayed (Gemma 4): ``images`` is refused, and a text-only step
+    leaves the tower and projector without gradients and optimizer states (they never run)."""
     notes: tuple[str, ...] = field(default=())
 
     # ------------------------------------------------------------------ counts
@@ -129,7 +135,7 @@ class VisionStack:
 
     @property
     def numel(self) -> int:
-        return self.tower_numel + self.projector_numel
+        return self.tower_numel + self.projector_numel + sum(t.numel for t in self.other_towers)
 
     def tower_linear_modules(self) -> list[ParameterTensor]:
         """The tower layers' ``nn.Linear`` weights (what PEFT's all-linear adapts in the tower)."""

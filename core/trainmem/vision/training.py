@@ -44,6 +44,8 @@ def vision_slices(stack: VisionStack, setup: Setup) -> list[Slice]:
     from ..plan import Slice
 
     tower, projector = tower_trains(setup), projector_trains(setup)
+    if not stack.images_modelled:  # a text-only step (images are refused): the towers never run, get no gradient
+        tower = projector = False
     slices = [Slice(t, t.numel, 1, tower, False, False) for t in stack.prelude]
     # Tensors on no path to the loss get no gradient: the optimizer keeps no state for them (as if frozen).
     slices += [Slice(t, t.numel, 1, tower and t.name not in stack.unused_postlude, False, False) for t in stack.postlude]
@@ -51,8 +53,11 @@ def vision_slices(stack: VisionStack, setup: Setup) -> list[Slice]:
     slices += [Slice(t, t.numel, used, tower, False, False) for t in stack.layer if used]
     slices += [Slice(t, t.numel, stack.unused_layers, False, False, False) for t in stack.layer if stack.unused_layers]
     slices += [Slice(t, t.numel, 1, projector, False, False) for t in stack.projector]
+    slices += [Slice(t, t.numel, 1, False, False, False) for t in stack.other_towers]  # Gemma 4's audio tower
     return slices
 
 
 def trainable_numel(stack: VisionStack, setup: Setup) -> int:
+    if not stack.images_modelled:
+        return 0
     return (stack.tower_numel if tower_trains(setup) else 0) + (stack.projector_numel if projector_trains(setup) else 0)
