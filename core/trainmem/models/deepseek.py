@@ -255,18 +255,26 @@ class MlaProgram(LayerProgram):
         else:
             scores = tape.unary_saving_result("softmax", logits, dtype="fp32")
         tape.release(logits)
-        top = tape.gather(scores, rows, rows)  # scores.gather(1, topk_indices)
-        tape.release(scores)
-        if arch.norm_topk_prob:
-            total = tape.reduce(top, shape.stream_tokens)
-            denominator = tape.scale(total)  # + 1e-20
-            tape.release(total)
-            normalized = tape.mul(top, denominator)  # topk_weights /= denominator
-            tape.release(top, denominator)
-            top = normalized
-        scaled = tape.scale(top)  # * routed_scaling_factor
-        tape.release(top)
-        return scaled
+        return chosen_router_weights(arch, shape, tape, scores, rows)
+
+
+def chosen_router_weights(arch, shape, tape, scores: Sym, rows: int) -> Sym:
+    """The tail DeepSeek's and Mistral 4's top-k routers share: the chosen scores gathered
+    (``scores.gather(1, topk_indices)``: the int64 indices saved), renormalised when ``norm_topk_prob``
+    (``topk_weights /= topk_weights.sum(-1) + 1e-20``: the weights and their sum saved), times
+    ``routed_scaling_factor``."""
+    top = tape.gather(scores, rows, rows)
+    tape.release(scores)
+    if arch.norm_topk_prob:
+        total = tape.reduce(top, shape.stream_tokens)
+        denominator = tape.scale(total)  # + 1e-20
+        tape.release(total)
+        normalized = tape.mul(top, denominator)  # topk_weights /= denominator
+        tape.release(top, denominator)
+        top = normalized
+    scaled = tape.scale(top)  # * routed_scaling_factor
+    tape.release(top)
+    return scaled
 
 
 DEEPSEEK_V3_DEFAULTS = dict(

@@ -40,34 +40,14 @@ from ..architecture import Architecture
 from ..tape import Sym
 from . import blocks
 from .blocks import NO_GRADIENT_GROUP, ParameterTensor
-from .deepseek import MlaNames, MlaProgram, mla_attention
+from .deepseek import DEEPSEEK_V3_DEFAULTS, MlaNames, MlaProgram, mla_attention
 from .fields import ConfigFields
 from .glm4_moe_lite import Glm4MoeLite, dense_layers_from_mlp_layer_types
 from .glm4_moe import mtp_not_counted
 
 DEEPSEEK_V32_DEFAULTS = dict(
-    vocab_size=129280,
-    hidden_size=7168,
-    intermediate_size=18432,
-    moe_intermediate_size=2048,
-    num_hidden_layers=61,
-    num_attention_heads=128,
-    n_shared_experts=1,
-    n_routed_experts=256,
-    routed_scaling_factor=2.5,
-    kv_lora_rank=512,
-    q_lora_rank=1536,
-    qk_rope_head_dim=64,
-    v_head_dim=128,
-    qk_nope_head_dim=128,
-    n_group=8,
-    topk_group=4,
-    num_experts_per_tok=8,
-    first_k_dense_replace=3,
-    norm_topk_prob=True,
+    DEEPSEEK_V3_DEFAULTS,
     max_position_embeddings=163840,
-    tie_word_embeddings=False,
-    rope_interleave=True,
     index_topk=2048,
     index_head_dim=128,
     index_n_heads=64,

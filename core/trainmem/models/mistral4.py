@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ..architecture import Architecture
 from ..tape import Sym
-from .deepseek import DeepseekV3, MlaProgram
+from .deepseek import DeepseekV3, MlaProgram, chosen_router_weights
 from .fields import ConfigFields
 from .ministral3 import check_llama4_scaling, scale_query_by_temperature
 
@@ -77,18 +77,7 @@ class Mistral4Program(MlaProgram):
         tape.release(logits)
         choice = tape.scale(scores)  # scores.masked_fill(~score_mask, 0.0)
         tape.release(choice)
-        top = tape.gather(scores, rows, rows)
-        tape.release(scores)
-        if arch.norm_topk_prob:
-            total = tape.reduce(top, shape.stream_tokens)
-            denominator = tape.scale(total)  # + 1e-20
-            tape.release(total)
-            normalized = tape.mul(top, denominator)  # topk_weights /= denominator
-            tape.release(top, denominator)
-            top = normalized
-        scaled = tape.scale(top)  # * routed_scaling_factor
-        tape.release(top)
-        return scaled
+        return chosen_router_weights(arch, shape, tape, scores, rows)
 
 
 class Mistral4(DeepseekV3):

@@ -616,7 +616,7 @@ class Qwen3NextProgram(GemmaProgram):
         weighted = tape.mul(self.parameter(self.names.gated_norm, width), cast)
         tape.release(cast)
         gate32 = tape.to(gate, "fp32")
-        activated = tape.unary_saving_input("silu", gate32)
+        activated = self._gate_activation(gate32)
         if gate32 is not gate:
             tape.release(gate32)
         product = tape.mul(weighted, activated)
@@ -625,3 +625,7 @@ class Qwen3NextProgram(GemmaProgram):
         if out is not product:
             tape.release(product)
         return out
+
+    def _gate_activation(self, gate32: Sym) -> Sym:
+        """The gated norm's activation of the fp32 gate: SiLU, which saves its input."""
+        return self.tape.unary_saving_input("silu", gate32)

@@ -163,28 +163,12 @@ class Qwen4ExpProgram(Qwen3_5Program):
         return combined
 
     # ------------------------------------------------------------------ Gated DeltaNet: the output gate
-    def _gated_norm(self, x: Sym, gate: Sym, rows: int, width: int) -> Sym:
-        """``Qwen4ExpTextRMSNormGated``: Qwen3-Next's, with ``ACT2FN[output_gate_type]`` on the gate: sigmoid
-        saves its result where SiLU saves its input (the same bytes)."""
+    def _gate_activation(self, gate32: Sym) -> Sym:
+        """``Qwen4ExpTextRMSNormGated``: Qwen3-Next's gated norm with ``ACT2FN[output_gate_type]`` on the gate:
+        sigmoid saves its result where SiLU saves its input (the same bytes)."""
         if self.hc.output_gate == "silu":
-            return super()._gated_norm(x, gate, rows, width)
-        tape = self.tape
-        normalized = self._normalize_in_fp32(x, rows)
-        cast = tape.to(normalized, x.dtype)
-        if cast is not normalized:
-            tape.release(normalized)
-        weighted = tape.mul(self.parameter(self.names.gated_norm, width), cast)
-        tape.release(cast)
-        gate32 = tape.to(gate, "fp32")
-        activated = tape.unary_saving_result("sigmoid", gate32)
-        if gate32 is not gate:
-            tape.release(gate32)
-        product = tape.mul(weighted, activated)
-        tape.release(weighted, activated)
-        out = tape.to(product, x.dtype)
-        if out is not product:
-            tape.release(product)
-        return out
+            return super()._gate_activation(gate32)
+        return self.tape.unary_saving_result("sigmoid", gate32)
 
     # ------------------------------------------------------------------ per-layer n-gram embedding
     def _ple(self, x: Sym) -> Sym:
