@@ -177,10 +177,12 @@ function decodeValue(text) {
   try {
     const value = parseJson(text);
     // JSON such as 1e400 parses to Infinity, which JSON cannot carry on: keep the text, which the core names.
-    // So too a number JavaScript cannot hold as written: an integer past 2^53 (99999999999999999999999 would
-    // reach the core as 1e+23) or a nonzero number that underflows to 0 (1e-400).
+    // So too a number JavaScript cannot hold as written: an integer literal past 2^53 (99999999999999999999999
+    // would reach the core as 1e+23) or a nonzero number that underflows to 0 (1e-400). A number written with
+    // an exponent (1e308) is a float as written: it goes on as the number it is.
     if (typeof value !== "number") return value;
-    const altered = !Number.isFinite(value) || (Number.isInteger(value) && !Number.isSafeInteger(value))
+    const integerLiteral = /^\s*-?\d+\s*$/.test(text);
+    const altered = !Number.isFinite(value) || (integerLiteral && !Number.isSafeInteger(value))
       || (value === 0 && /[1-9]/.test(text.split(/[eE]/)[0]));
     return altered ? text : value;
   } catch {
